@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/egressd/egressd/policy"
+)
+
+func init() { commands["check"] = cmdCheck }
+
+// checkResult is the --json output of check (DESIGN.md "Contracts").
+type checkResult struct {
+	Decision   string `json:"decision"`
+	Rule       string `json:"rule"`
+	Reason     string `json:"reason"`
+	Detail     string `json:"detail,omitempty"`
+	PageType   string `json:"page_type"`
+	PageSignal string `json:"page_signal,omitempty"`
+	Host       string `json:"host"`
+	Addr       string `json:"addr,omitempty"`
+	HighRisk   bool   `json:"high_risk"`
+	Inspect    bool   `json:"inspect,omitempty"`
+	Error      string `json:"error,omitempty"`
+
+	reason policy.Reason
+}
+
+func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("check", stderr)
+	cfg := configFlag(fs)
+	method := fs.String("method", "GET", "HTTP method of the request (URL targets)")
+	ctype := fs.String("content-type", "", "Content-Type of the request body")
+	asJSON := fs.Bool("json", false, "print the decision as JSON")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "usage: egressd check [--config FILE] [--method M] [--content-type T] [--json] URL|HOST:PORT")
+		return exitUsage
+	}
+	p, err := loadPolicy(*cfg)
+	if err != nil {
+		printConfigError(stderr, err)
+		return exitUsage
+	}
+	res := decide(p, pos[0], strings.ToUpper(*method), *ctype)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		enc.Encode(res)
+	} else {
+		printCheck(stdout, res)
+	}
+	if res.Decision == "allow" {
+		return exitOK
+	}
+	return exitDeny
+}
+
+// decide runs the offline decision for a URL (absolute form: the request
+// decision) or a host:port (the CONNECT decision).
+func decide(p *policy.Policy, target, method, ctype string) checkResult {
+	var t policy.Target
+	var err error
+	isURL := strings.Contains(target, "://")
+	if isURL {
+		t, err = policy.ParseURL(target)
+	} else {
+		t, err = policy.ParseAuthority(target)
+	}
+	if err != nil {
+		return checkResult{Decision: "deny", Reason: policy.ReasonBadTarget.String(), PageType: policy.PageRead.String(), Error: err.Error(), reason: policy.ReasonBadTarget}
+	}
+	var d policy.Decision
+	if isURL {
+		d = p.DecideRequest(&t, method, ctype, 0)
+	} else {
+		d = p.DecideTarget(&t)
+	}
+	res := checkResult{
+		Decision: "deny", Rule: d.RuleName(), Reason: d.Reason.String(), Detail: d.Detail,
+		PageType: d.PageType.String(), PageSignal: d.PageSignal, Host: d.Host,
+		HighRisk: d.HighRisk, Inspect: d.Inspect, reason: d.Reason,
+	}
+	if d.Allow {
+		res.Decision = "allow"
+	}
+	if d.Addr.IsValid() {
+		res.Addr = d.Addr.String()
+	}
+	return res
+}
+
+func printCheck(w io.Writer, r checkResult) {
+	fmt.Fprintf(w, "%s\treason=%s\trule=%s\tpage_type=%s\thost=%s", r.Decision, r.Reason, orDash(r.Rule), r.PageType, orDash(r.Host))
+	if r.Addr != "" {
+		fmt.Fprintf(w, "\taddr=%s", r.Addr)
+	}
+	fmt.Fprintf(w, "\thigh_risk=%v\n", r.HighRisk)
+	if r.Detail != "" {
+		fmt.Fprintf(w, "  detail: %s\n", r.Detail)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "  error: %s\n", r.Error)
+	}
+	if r.Decision == "deny" {
+		fmt.Fprintf(w, "  %s\n", r.reason.Help())
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,67 @@
+// Command egressd is the egress checkpoint for AI-agent sandboxes: a
+// default-deny forward proxy, a filtering DNS resolver, nftables walls and a
+// self-test that proves no other way out exists. main only wires the
+// packages together; see README.md and DESIGN.md for the contracts.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes shared by the subcommands (DESIGN.md "Contracts").
+const (
+	exitOK    = 0 // allow / sealed / valid
+	exitDeny  = 1 // deny / leak
+	exitUsage = 2 // usage or config error / could not run
+)
+
+const usage = `usage: egressd <command> [flags]
+
+commands:
+  serve     [--config FILE] [--state-dir DIR]   run the proxy, DNS filter and admin endpoint
+  run       [--config FILE] -- CMD [ARGS]       run CMD in a sealed sandbox namespace (root)
+  check     [--config FILE] [--method M] [--content-type T] [--json] TARGET
+                                                the decision for a URL or host:port, offline
+  validate  [--config FILE]                     check a config; errors name file:line:field
+  selftest  [--config FILE] [--json]            run the escape probes
+  nft       apply|show|down [--config FILE]     the kernel walls
+  report    [--config FILE] [--state-dir DIR]   evidence pack for auditors (Markdown)
+  ca        export [--state-dir DIR]            print egressd's CA certificate
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	if h, ok := commands[cmd]; ok {
+		return h(ctx, rest, stdout, stderr)
+	}
+	switch cmd {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "egressd: unknown command %q\n\n%s", cmd, usage)
+	return exitUsage
+}
+
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+
+// commands is filled by each subcommand's file, so adding one touches only
+// that file.
+var commands = map[string]command{}

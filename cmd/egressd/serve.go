@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/egressd/egressd/ca"
+	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/policy"
+)
+
+func init() { commands["serve"] = cmdServe }
+
+// defaultStateDir is where the CA and the self-test history live.
+func defaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/egressd"
+	}
+	if d, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(d, "egressd")
+	}
+	return ".egressd"
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
+	fs := newFlagSet("serve", stderr)
+	cfg := configFlag(fs)
+	stateDir := fs.String("state-dir", defaultStateDir(), "directory for egressd's CA and self-test history")
+	noSelftest := fs.Bool("no-selftest", false, "serve without the self-test (reported at every start and in /readyz)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
+		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--no-selftest]")
+		return exitUsage
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	authority, err := ca.LoadOrCreate(filepath.Join(*stateDir, "ca"))
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd: %v\n", err)
+		return exitUsage
+	}
+	opt := daemon.Options{
+		Load:       func() (*policy.Policy, error) { return loadPolicy(*cfg) },
+		Logger:     log,
+		CA:         authority,
+		NoSelftest: *noSelftest,
+	}
+	wireSelftest(&opt, *stateDir)
+	d, err := daemon.New(opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd: %v\n", err)
+		return exitUsage
+	}
+	go d.WatchReload(ctx, *cfg)
+	if err := d.Run(ctx, nil); err != nil {
+		fmt.Fprintf(stderr, "egressd: %v\n", err)
+		return exitUsage
+	}
+	return exitOK
+}

@@ -1,0 +1,319 @@
+// Package daemon runs `egressd serve`: the proxy, the DNS filter and the
+// admin endpoint on one policy, with verified reload — a new config is
+// parsed, applied, verified (self-test) and kept, or rolled back to the last
+// good policy with the reason logged. cmd/egressd only fills Options.
+//
+//	d, err := daemon.New(daemon.Options{Load: load, Logger: log})
+//	err = d.Run(ctx) // until ctx ends; SIGHUP and file changes call Reload
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/egressd/egressd/dnsfilter"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
+)
+
+// Verdict is the outcome of a verification (self-test) run.
+type Verdict struct {
+	Sealed bool     // no leak found
+	Leaks  []string // ids of the probes that leaked, with their reason
+	Err    error    // the run could not complete (counts as not sealed)
+}
+
+// Options wires a Daemon. Load and Logger are required.
+type Options struct {
+	// Load reads the config (the file, or the embedded default).
+	Load   func() (*policy.Policy, error)
+	Logger *slog.Logger
+	// CA terminates inspected tunnels; nil denies inspected rules.
+	CA proxy.CertIssuer
+	// Walls applies the kernel rules for a policy (nil: no walls managed
+	// here). Called on start and on every reload, before Verify.
+	Walls func(ctx context.Context, p *policy.Policy) error
+	// Verify runs the self-test against the applied policy and walls. Nil
+	// with NoSelftest false is refused by New: readiness needs a proof.
+	Verify func(ctx context.Context, p *policy.Policy) Verdict
+	// NoSelftest serves without verification, loudly: a warning at every
+	// start and in /readyz.
+	NoSelftest bool
+	// Webhook is called (POST, JSON) when a scheduled self-test finds a
+	// leak; empty: none.
+	Webhook string
+	// Listen overrides the config's listen addresses (tests); zero: config.
+	ProxyListener net.Listener
+	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
+	ProxyConfig proxy.Config
+}
+
+// Daemon is a running egressd serve.
+type Daemon struct {
+	opt   Options
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	px    *proxy.Proxy
+	dns   *dnsfilter.Server
+	admin *http.Server
+
+	reloadMu sync.Mutex
+	pol      atomic.Pointer[policy.Policy]
+	ready    atomic.Bool
+	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
+
+	reloads    *prometheus.CounterVec
+	selftests  *prometheus.CounterVec
+	lastSealed prometheus.Gauge
+
+	proxyAddr, dnsAddr, adminAddr string
+}
+
+// New loads the config and builds the components; Run starts them.
+func New(opt Options) (*Daemon, error) {
+	if opt.Load == nil || opt.Logger == nil {
+		return nil, errors.New("daemon: Load and Logger are required")
+	}
+	if opt.Verify == nil && !opt.NoSelftest {
+		return nil, errors.New("daemon: no self-test to verify the walls: pass --no-selftest to serve without one (it will be reported)")
+	}
+	p, err := opt.Load()
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry()}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back)."}, []string{"result"})
+	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
+	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
+	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed)
+	d.pol.Store(p)
+	d.setStatus("starting: waiting for the boot self-test")
+
+	pc := opt.ProxyConfig
+	pc.Logger = d.log.With("component", "proxy")
+	pc.Registry = d.reg
+	pc.CA = opt.CA
+	pc.Ready = d.ready.Load
+	d.px = proxy.New(p, pc)
+	if p.Listen.DNS != "" {
+		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg})
+		if err != nil {
+			return nil, fmt.Errorf("dns filter: %w", err)
+		}
+	}
+	return d, nil
+}
+
+func (d *Daemon) setStatus(s string) { d.status.Store(&s) }
+
+// Policy returns the policy in force.
+func (d *Daemon) Policy() *policy.Policy { return d.pol.Load() }
+
+// Proxy returns the proxy (admin quarantine, tests).
+func (d *Daemon) Proxy() *proxy.Proxy { return d.px }
+
+// Ready reports readiness and the reason.
+func (d *Daemon) Ready() (bool, string) { return d.ready.Load(), *d.status.Load() }
+
+// Addrs returns the bound proxy, DNS and admin addresses once Run started them.
+func (d *Daemon) Addrs() (proxyAddr, dnsAddr, adminAddr string) {
+	return d.proxyAddr, d.dnsAddr, d.adminAddr
+}
+
+// Run serves until ctx ends. It binds the listeners, applies the walls,
+// runs the boot self-test (not ready until it passes), and runs the
+// scheduled self-test.
+func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
+	p := d.Policy()
+	errc := make(chan error, 4)
+	pl := d.opt.ProxyListener
+	if pl == nil {
+		var err error
+		if pl, err = net.Listen("tcp", p.Listen.Proxy); err != nil {
+			return fmt.Errorf("listen proxy %s: %w", p.Listen.Proxy, err)
+		}
+	}
+	d.proxyAddr = pl.Addr().String()
+	go func() { errc <- d.px.Serve(pl) }()
+	if d.dns != nil {
+		udp, err := net.ListenPacket("udp", p.Listen.DNS)
+		if err != nil {
+			return fmt.Errorf("listen dns udp %s: %w", p.Listen.DNS, err)
+		}
+		tcp, err := net.Listen("tcp", udp.LocalAddr().String())
+		if err != nil {
+			udp.Close()
+			return fmt.Errorf("listen dns tcp %s: %w", p.Listen.DNS, err)
+		}
+		d.dnsAddr = udp.LocalAddr().String()
+		go func() { errc <- d.dns.Serve(udp, tcp) }()
+	}
+	if p.Listen.Admin != "" {
+		al, err := net.Listen("tcp", p.Listen.Admin)
+		if err != nil {
+			return fmt.Errorf("listen admin %s: %w", p.Listen.Admin, err)
+		}
+		d.adminAddr = al.Addr().String()
+		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { errc <- d.admin.Serve(al) }()
+	}
+	d.log.Info("serving", "proxy", d.proxyAddr, "dns", d.dnsAddr, "admin", d.adminAddr, "config", p.Source, "rules", len(p.Rules))
+	if d.opt.Walls != nil {
+		if err := d.opt.Walls(ctx, p); err != nil {
+			return fmt.Errorf("apply walls: %w", err)
+		}
+	}
+	if started != nil {
+		close(started)
+	}
+	d.boot(ctx)
+	tick := time.NewTicker(p.Selftest.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return d.shutdown()
+		case err := <-errc:
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.shutdown()
+				return err
+			}
+		case <-tick.C:
+			d.scheduled(ctx)
+		}
+	}
+}
+
+func (d *Daemon) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errs := []error{d.px.Shutdown(ctx)}
+	if d.dns != nil {
+		errs = append(errs, d.dns.Shutdown(ctx))
+	}
+	if d.admin != nil {
+		errs = append(errs, d.admin.Shutdown(ctx))
+	}
+	d.log.Info("stopped: the nftables walls, if any, stay in place (egressd nft down removes them)")
+	return errors.Join(errs...)
+}
+
+const noSelftestWarning = "WARNING: serving with --no-selftest: the walls are not verified; nothing proves this sandbox has no other way out"
+
+// boot runs the first self-test; the proxy answers 503 until it passes.
+func (d *Daemon) boot(ctx context.Context) {
+	if d.opt.NoSelftest {
+		d.log.Warn(noSelftestWarning)
+		d.setStatus(noSelftestWarning)
+		d.ready.Store(true)
+		return
+	}
+	v := d.verify(ctx, "boot", d.Policy())
+	d.setReadiness(v)
+}
+
+func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {
+	start := time.Now()
+	v := d.opt.Verify(ctx, p)
+	result := "sealed"
+	switch {
+	case v.Err != nil:
+		result = "error"
+		d.log.Error("self-test could not run", "trigger", trigger, "err", v.Err)
+	case !v.Sealed:
+		result = "leak"
+		d.log.Error("self-test found a leak", "trigger", trigger, "leaks", v.Leaks)
+	default:
+		d.lastSealed.SetToCurrentTime()
+		d.log.Info("self-test sealed", "trigger", trigger, "duration", time.Since(start))
+	}
+	d.selftests.WithLabelValues(trigger, result).Inc()
+	return v
+}
+
+func (d *Daemon) setReadiness(v Verdict) {
+	switch {
+	case v.Err != nil:
+		d.ready.Store(false)
+		d.setStatus("not ready: self-test could not run: " + v.Err.Error())
+	case !v.Sealed:
+		d.ready.Store(false)
+		d.setStatus(fmt.Sprintf("not ready: self-test found a leak: %v", v.Leaks))
+	default:
+		d.ready.Store(true)
+		d.setStatus("ready: last self-test sealed at " + time.Now().UTC().Format(time.RFC3339))
+	}
+}
+
+// scheduled is the drift check: a leak takes readiness away and calls the
+// webhook.
+func (d *Daemon) scheduled(ctx context.Context) {
+	if d.opt.NoSelftest {
+		d.log.Warn(noSelftestWarning)
+		return
+	}
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	v := d.verify(ctx, "schedule", d.Policy())
+	d.setReadiness(v)
+	if (!v.Sealed || v.Err != nil) && d.opt.Webhook != "" {
+		go notify(d.log, d.opt.Webhook, v)
+	}
+}
+
+// Reload is the verified reload: parse → apply → self-test → keep, or roll
+// back to the last good policy and walls and say why. A config that does
+// not parse changes nothing.
+func (d *Daemon) Reload(ctx context.Context, why string) error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	next, err := d.opt.Load()
+	if err != nil {
+		d.reloads.WithLabelValues("invalid").Inc()
+		d.log.Error("reload rejected: the old policy stays in force", "trigger", why, "err", err)
+		return fmt.Errorf("reload: %w", err)
+	}
+	old := d.Policy()
+	if next.Listen != old.Listen {
+		d.log.Warn("reload: listen addresses changed; they take effect on restart", "old", old.Listen, "new", next.Listen)
+	}
+	if err := d.apply(ctx, next); err != nil {
+		d.apply(ctx, old)
+		d.reloads.WithLabelValues("rolled-back").Inc()
+		d.log.Error("reload rolled back: applying the walls failed", "trigger", why, "err", err)
+		return fmt.Errorf("reload: apply: %w", err)
+	}
+	if !d.opt.NoSelftest {
+		if v := d.verify(ctx, "reload", next); !v.Sealed || v.Err != nil {
+			if err := d.apply(ctx, old); err != nil {
+				d.log.Error("rollback failed", "err", err)
+			}
+			d.reloads.WithLabelValues("rolled-back").Inc()
+			d.log.Error("reload rolled back: the new policy leaks", "trigger", why, "leaks", v.Leaks, "err", v.Err)
+			return fmt.Errorf("reload rolled back: self-test: leaks %v, err %v", v.Leaks, v.Err)
+		}
+	}
+	d.reloads.WithLabelValues("applied").Inc()
+	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
+	return nil
+}
+
+func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {
+	d.pol.Store(p)
+	d.px.SetPolicy(p)
+	if d.opt.Walls != nil {
+		return d.opt.Walls(ctx, p)
+	}
+	return nil
+}

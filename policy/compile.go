@@ -1,0 +1,525 @@
+package policy
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/publicsuffix"
+)
+
+// compiler turns the raw schema into a Policy, collecting every error with
+// its line rather than stopping at the first.
+type compiler struct {
+	file string
+	errs ConfigErrors
+}
+
+func (c *compiler) errf(line int, field, format string, args ...any) {
+	c.errs = append(c.errs, &ConfigError{File: c.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Defaults for keys the file leaves out.
+const (
+	defaultInterval         = 5 * time.Minute
+	defaultProbeTimeout     = 1500 * time.Millisecond
+	defaultConnsPerIdentity = 512
+	defaultHeaderBytes      = 32 << 10
+	defaultIdleTimeout      = 5 * time.Minute
+	defaultDialTimeout      = 10 * time.Second
+	defaultMirrorBodyBytes  = 1 << 20
+	defaultDNSQPS           = 50
+)
+
+var defaultPorts = []portRange{{80, 80}, {443, 443}}
+
+func (c *compiler) compile(raw *rawConfig) *Policy {
+	p := &Policy{
+		Source:     c.file,
+		exact:      map[string]int32{},
+		suffix:     map[string]int32{},
+		denyExact:  map[string]struct{}{},
+		denySuffix: map[string]struct{}{},
+	}
+	switch {
+	case raw.Version == nil:
+		c.errf(1, "version", "missing: add \"version: 1\" at the top")
+	case raw.Version.V != 1:
+		c.errf(raw.Version.Line, "version", "unsupported version %d: this egressd reads version 1", raw.Version.V)
+	}
+	p.Listen = Listen{
+		Proxy:       c.hostPort(raw.Listen.Proxy, "listen.proxy", "127.0.0.1:3128"),
+		DNS:         c.hostPort(raw.Listen.DNS, "listen.dns", ""),
+		Admin:       c.hostPort(raw.Listen.Admin, "listen.admin", "127.0.0.1:9090"),
+		Transparent: c.hostPort(raw.Listen.Transparent, "listen.transparent", ""),
+	}
+	for i, u := range raw.Resolver.Upstreams {
+		if ap, ok := c.addrPort(u, fmt.Sprintf("resolver.upstreams[%d]", i), 53); ok {
+			p.Resolver.Upstreams = append(p.Resolver.Upstreams, ap)
+		}
+	}
+	p.UpstreamCA = raw.UpstreamCA.V
+	for i := range raw.Allow {
+		if r := c.rule(&raw.Allow[i], i); r != nil {
+			p.Rules = append(p.Rules, r)
+		}
+	}
+	c.uniqueNames(raw.Allow)
+	p.index()
+	c.deny(p, &raw.Deny)
+	c.identities(p, raw.Identities)
+	c.sandbox(p, &raw.Sandbox)
+	c.selftest(p, &raw.Selftest)
+	c.limits(p, &raw.Limits)
+	return p
+}
+
+func (c *compiler) hostPort(v at[string], field, def string) string {
+	if v.V == "" {
+		return def
+	}
+	h, port, err := net.SplitHostPort(v.V)
+	if err != nil {
+		c.errf(v.Line, field, "%q: want host:port, e.g. 127.0.0.1:3128", v.V)
+		return ""
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		c.errf(v.Line, field, "%q: port must be 0-65535", v.V)
+	}
+	if h != "" {
+		if _, err := netip.ParseAddr(h); err != nil && h != "localhost" {
+			c.errf(v.Line, field, "%q: listen on an address, not a name", v.V)
+		}
+	}
+	return v.V
+}
+
+func (c *compiler) addrPort(v at[string], field string, defPort uint16) (netip.AddrPort, bool) {
+	if a, err := netip.ParseAddr(v.V); err == nil && defPort != 0 {
+		return netip.AddrPortFrom(a, defPort), true
+	}
+	ap, err := netip.ParseAddrPort(v.V)
+	if err != nil {
+		c.errf(v.Line, field, "%q: want an address and port, e.g. 198.51.100.1:53 or [2001:db8::1]:53", v.V)
+		return netip.AddrPort{}, false
+	}
+	return ap, true
+}
+
+func (c *compiler) rule(rr *rawRule, i int) *Rule {
+	f := fmt.Sprintf("allow[%d]", i)
+	r := &Rule{Name: rr.Name.V, Index: i, TLS: true}
+	if r.Name == "" {
+		r.Name = fmt.Sprintf("allow-%d", i)
+	}
+	line := firstLine(rr)
+	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 {
+		c.errf(line, f, "rule %q names no hosts and no cidrs: it would match nothing", r.Name)
+	}
+	for j, h := range rr.Hosts {
+		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok {
+			r.Hosts = append(r.Hosts, pat)
+		}
+	}
+	for j, s := range rr.CIDRs {
+		if pr, ok := c.prefix(s, fmt.Sprintf("%s.cidrs[%d]", f, j)); ok {
+			r.CIDRs = append(r.CIDRs, pr)
+		}
+	}
+	if len(rr.Ports) == 0 {
+		r.ports = defaultPorts
+	}
+	for j, s := range rr.Ports {
+		if pr, ok := c.portRange(s, fmt.Sprintf("%s.ports[%d]", f, j)); ok {
+			r.ports = append(r.ports, pr)
+		}
+	}
+	if len(rr.Pages) == 0 {
+		r.Pages = DefaultPages
+	}
+	for j, s := range rr.Pages {
+		if s.V == "*" {
+			r.AllPages = true
+			continue
+		}
+		t, ok := ParsePageType(strings.ToLower(s.V))
+		if !ok {
+			c.errf(s.Line, fmt.Sprintf("%s.pages[%d]", f, j), "unknown page type %q: one of %s, or \"*\" for any", s.V, strings.Join(pageTypeNames[:], ", "))
+			continue
+		}
+		r.Pages = r.Pages.With(t)
+	}
+	for j, s := range rr.Methods {
+		m := strings.ToUpper(s.V)
+		if m == "" || strings.IndexFunc(m, func(r rune) bool { return r < 'A' || r > 'Z' }) >= 0 {
+			c.errf(s.Line, fmt.Sprintf("%s.methods[%d]", f, j), "%q is not an HTTP method", s.V)
+			continue
+		}
+		r.Methods = append(r.Methods, m)
+	}
+	for j, s := range rr.Paths {
+		if !strings.HasPrefix(s.V, "/") || strings.Contains(s.V[:max(len(s.V)-1, 0)], "*") {
+			c.errf(s.Line, fmt.Sprintf("%s.paths[%d]", f, j), "%q: a path starts with / and may end with one *", s.V)
+			continue
+		}
+		r.Paths = append(r.Paths, s.V)
+	}
+	if rr.Mirror.V != "" {
+		m, ok := ParseMirror(rr.Mirror.V)
+		if !ok {
+			c.errf(rr.Mirror.Line, f+".mirror", "unknown mirror %q: one of %s", rr.Mirror.V, strings.Join(mirrorNames[1:], ", "))
+		}
+		r.Mirror = m
+		if len(rr.Pages)+len(rr.Methods)+len(rr.Paths) > 0 {
+			c.errf(rr.Mirror.Line, f+".mirror", "a mirror rule takes no pages, methods or paths: its download grammar decides")
+		}
+	}
+	for j, s := range rr.ModulePrefixes {
+		if r.Mirror != MirrorGoProxy {
+			c.errf(s.Line, fmt.Sprintf("%s.module_prefixes[%d]", f, j), "module_prefixes needs mirror: goproxy")
+			break
+		}
+		r.MirrorOp.ModulePrefixes = append(r.MirrorOp.ModulePrefixes, s.V)
+	}
+	if rr.TLS != nil {
+		r.TLS = rr.TLS.V
+		if !r.TLS && !r.HostOnly() {
+			c.errf(rr.TLS.Line, f+".tls", "tls: false tunnels raw TCP, where no page, method, path or mirror check is possible: add pages: [\"*\"] and drop methods, paths and mirror")
+		}
+	}
+	return r
+}
+
+func firstLine(rr *rawRule) int {
+	for _, l := range []int{rr.Name.Line, rr.Mirror.Line} {
+		if l > 0 {
+			return l
+		}
+	}
+	for _, s := range [][]at[string]{rr.Hosts, rr.CIDRs, rr.Ports, rr.Pages, rr.Methods, rr.Paths} {
+		if len(s) > 0 {
+			return s[0].Line
+		}
+	}
+	return 0
+}
+
+func (c *compiler) uniqueNames(rules []rawRule) {
+	seen := map[string]bool{}
+	for i, rr := range rules {
+		if rr.Name.V == "" {
+			continue
+		}
+		if seen[rr.Name.V] {
+			c.errf(rr.Name.Line, fmt.Sprintf("allow[%d].name", i), "duplicate rule name %q: decisions name the rule, so names must be unique", rr.Name.V)
+		}
+		seen[rr.Name.V] = true
+	}
+}
+
+// hostPattern validates an exact name, "*.suffix" or (when star is true) "*".
+func (c *compiler) hostPattern(v at[string], field string, star bool) (string, bool) {
+	s := v.V
+	if s == "*" {
+		if !star {
+			c.errf(v.Line, field, "\"*\" is not allowed here")
+			return "", false
+		}
+		return s, true
+	}
+	wild := strings.HasPrefix(s, "*.")
+	name := strings.TrimPrefix(s, "*.")
+	if strings.Contains(name, "*") {
+		c.errf(v.Line, field, "%q: a wildcard is allowed only as the whole first label (\"*.example.com\")", s)
+		return "", false
+	}
+	n, a, err := NormalizeHost(name)
+	if err != nil {
+		c.errf(v.Line, field, "%q: %v", s, trimBadTarget(err))
+		return "", false
+	}
+	if a.IsValid() {
+		c.errf(v.Line, field, "%q is an address: put addresses in cidrs (e.g. %s)", s, netip.PrefixFrom(a, a.BitLen()))
+		return "", false
+	}
+	if wild {
+		if _, err := publicsuffix.EffectiveTLDPlusOne(n); err != nil || !strings.Contains(n, ".") {
+			c.errf(v.Line, field, "%q: a wildcard must cover a whole label under a registrable domain (e.g. \"*.example.com\")", s)
+			return "", false
+		}
+		return "*." + n, true
+	}
+	return n, true
+}
+
+func trimBadTarget(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrBadTarget.Error()+": ")
+}
+
+func (c *compiler) prefix(v at[string], field string) (netip.Prefix, bool) {
+	s := v.V
+	if !strings.Contains(s, "/") {
+		if a, err := netip.ParseAddr(s); err == nil {
+			return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), true
+		}
+	}
+	pr, err := netip.ParsePrefix(s)
+	if err != nil {
+		c.errf(v.Line, field, "%q: want a CIDR such as 10.1.2.0/24 or 2001:db8::/32", s)
+		return netip.Prefix{}, false
+	}
+	if pr.Addr().Is4In6() {
+		c.errf(v.Line, field, "%q: write IPv4-mapped prefixes as IPv4", s)
+		return netip.Prefix{}, false
+	}
+	if pr.Masked() != pr {
+		c.errf(v.Line, field, "%q has host bits set: did you mean %s?", s, pr.Masked())
+		return netip.Prefix{}, false
+	}
+	return pr, true
+}
+
+func (c *compiler) portRange(v at[string], field string) (portRange, bool) {
+	lo, hi, isRange := strings.Cut(v.V, "-")
+	if !isRange {
+		hi = lo
+	}
+	a, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
+	b, err2 := strconv.ParseUint(strings.TrimSpace(hi), 10, 16)
+	if err1 != nil || err2 != nil || a == 0 || a > b {
+		c.errf(v.Line, field, "%q: want a port (443) or a range (8000-8100) within 1-65535", v.V)
+		return portRange{}, false
+	}
+	return portRange{uint16(a), uint16(b)}, true
+}
+
+// index builds the host lookup maps from the compiled rules.
+func (p *Policy) index() {
+	add := func(m map[string]int32, key string, idx int32) {
+		old, ok := m[key]
+		switch {
+		case !ok:
+			m[key] = idx
+		case old >= 0:
+			if old == idx {
+				return
+			}
+			p.multi = append(p.multi, []int32{old, idx})
+			m[key] = -int32(len(p.multi))
+		default:
+			l := p.multi[-old-1]
+			if l[len(l)-1] != idx {
+				p.multi[-old-1] = append(l, idx)
+			}
+		}
+	}
+	for i, r := range p.Rules {
+		idx := int32(i)
+		for _, h := range r.Hosts {
+			switch {
+			case h == "*":
+				p.star = append(p.star, idx)
+			case strings.HasPrefix(h, "*."):
+				s := h[2:]
+				add(p.suffix, s, idx)
+				p.maxDepth = max(p.maxDepth, strings.Count(s, ".")+1)
+			default:
+				add(p.exact, h, idx)
+			}
+		}
+		if len(r.CIDRs) > 0 {
+			p.cidrRule = append(p.cidrRule, idx)
+		}
+	}
+}
+
+func (c *compiler) deny(p *Policy, d *rawDeny) {
+	for _, n := range builtinHighRiskNames {
+		p.denyExact[n] = struct{}{}
+	}
+	for _, n := range builtinHighRiskSuffixes {
+		p.denySuffix[n] = struct{}{}
+	}
+	for j, h := range d.Hosts {
+		pat, ok := c.hostPattern(h, fmt.Sprintf("deny.hosts[%d]", j), false)
+		if !ok {
+			continue
+		}
+		if s, wild := strings.CutPrefix(pat, "*."); wild {
+			p.denySuffix[s] = struct{}{}
+		} else {
+			p.denyExact[pat] = struct{}{}
+		}
+	}
+	for j, s := range d.CIDRs {
+		if pr, ok := c.prefix(s, fmt.Sprintf("deny.cidrs[%d]", j)); ok {
+			p.denyCIDRs = append(p.denyCIDRs, pr)
+		}
+	}
+}
+
+func (c *compiler) identities(p *Policy, ids []rawIdentity) {
+	seen := map[string]bool{}
+	for i, ri := range ids {
+		f := fmt.Sprintf("identities[%d]", i)
+		id := Identity{Name: ri.Name.V, User: ri.User.V}
+		if id.Name == "" {
+			c.errf(ri.Name.Line, f+".name", "an identity needs a name")
+			continue
+		}
+		if seen[id.Name] {
+			c.errf(ri.Name.Line, f+".name", "duplicate identity %q", id.Name)
+		}
+		seen[id.Name] = true
+		for j, s := range ri.CIDRs {
+			if pr, ok := c.prefix(s, fmt.Sprintf("%s.cidrs[%d]", f, j)); ok {
+				id.CIDRs = append(id.CIDRs, pr)
+			}
+		}
+		if len(id.CIDRs) == 0 && id.User == "" {
+			c.errf(ri.Name.Line, f, "identity %q needs cidrs or a user", id.Name)
+		}
+		p.Identities = append(p.Identities, id)
+	}
+}
+
+func (c *compiler) sandbox(p *Policy, s *rawSandbox) {
+	p.Sandbox.InterfacePrefix = s.InterfacePrefix.V
+	if p.Sandbox.InterfacePrefix == "" {
+		p.Sandbox.InterfacePrefix = "egsbx"
+	}
+	if n := len(p.Sandbox.InterfacePrefix); n > 10 {
+		c.errf(s.InterfacePrefix.Line, "sandbox.interface_prefix", "%q: at most 10 characters (interface names are 15, the rest numbers the links)", p.Sandbox.InterfacePrefix)
+	}
+	def4, def6 := "10.237.0.0/16", "fd00:e9e5::/64"
+	if s.Pool4.V == "" {
+		s.Pool4.V = def4
+	}
+	if s.Pool6.V == "" {
+		s.Pool6.V = def6
+	}
+	p.Sandbox.Pool4, _ = c.prefix(s.Pool4, "sandbox.pool4")
+	p.Sandbox.Pool6, _ = c.prefix(s.Pool6, "sandbox.pool6")
+	if p.Sandbox.Pool4.IsValid() && (!p.Sandbox.Pool4.Addr().Is4() || p.Sandbox.Pool4.Bits() > 30) {
+		c.errf(s.Pool4.Line, "sandbox.pool4", "%q: want an IPv4 prefix of /30 or wider", s.Pool4.V)
+	}
+	if p.Sandbox.Pool6.IsValid() && (!p.Sandbox.Pool6.Addr().Is6() || p.Sandbox.Pool6.Bits() > 120) {
+		c.errf(s.Pool6.Line, "sandbox.pool6", "%q: want an IPv6 prefix of /120 or wider", s.Pool6.V)
+	}
+	for _, u := range s.UIDs {
+		p.Sandbox.UIDs = append(p.Sandbox.UIDs, u.V)
+	}
+	for j, v := range s.CIDRs {
+		if pr, ok := c.prefix(v, fmt.Sprintf("sandbox.cidrs[%d]", j)); ok {
+			p.Sandbox.CIDRs = append(p.Sandbox.CIDRs, pr)
+		}
+	}
+}
+
+func (c *compiler) duration(v at[string], field string, def time.Duration) time.Duration {
+	if v.V == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v.V)
+	if err != nil || d <= 0 {
+		c.errf(v.Line, field, "%q: want a positive duration such as 30s or 5m", v.V)
+		return def
+	}
+	return d
+}
+
+func (c *compiler) selftest(p *Policy, s *rawSelftest) {
+	st := &p.Selftest
+	st.Interval = c.duration(s.Interval, "selftest.interval", defaultInterval)
+	st.Timeout = c.duration(s.Timeout, "selftest.timeout", defaultProbeTimeout)
+	list := func(vs []at[string], field string, want6 bool) []netip.AddrPort {
+		var out []netip.AddrPort
+		for j, v := range vs {
+			ap, ok := c.addrPort(v, fmt.Sprintf("%s[%d]", field, j), 0)
+			if !ok {
+				continue
+			}
+			if want6 && !ap.Addr().Is6() {
+				c.errf(v.Line, fmt.Sprintf("%s[%d]", field, j), "%q: ipv6 probes need an IPv6 address in brackets", v.V)
+				continue
+			}
+			out = append(out, ap)
+		}
+		return out
+	}
+	st.TCP = list(s.TCP, "selftest.tcp", false)
+	st.UDP = list(s.UDP, "selftest.udp", false)
+	st.IPv6 = list(s.IPv6, "selftest.ipv6", true)
+	for j, v := range s.Resolvers {
+		if ap, ok := c.addrPort(v, fmt.Sprintf("selftest.resolvers[%d]", j), 53); ok {
+			st.Resolvers = append(st.Resolvers, ap)
+		}
+	}
+	if s.CanaryName.V != "" {
+		n, a, err := NormalizeHost(s.CanaryName.V)
+		if err != nil || a.IsValid() {
+			c.errf(s.CanaryName.Line, "selftest.canary_name", "%q: want a DNS name", s.CanaryName.V)
+		}
+		st.CanaryName = n
+	}
+	st.CanaryURL = c.url(s.CanaryURL, "selftest.canary_url")
+	st.CanaryLog = c.url(s.CanaryLog, "selftest.canary_log")
+	st.Webhook = c.url(s.Webhook, "selftest.webhook")
+	for j, v := range s.Metadata {
+		a, err := netip.ParseAddr(v.V)
+		if err != nil {
+			c.errf(v.Line, fmt.Sprintf("selftest.metadata[%d]", j), "%q: want an address", v.V)
+			continue
+		}
+		st.Metadata = append(st.Metadata, a)
+	}
+	for j, v := range s.ExpectReachable {
+		if u := c.url(v, fmt.Sprintf("selftest.expect_reachable[%d]", j)); u != "" {
+			st.ExpectReachable = append(st.ExpectReachable, u)
+		}
+	}
+}
+
+func (c *compiler) url(v at[string], field string) string {
+	if v.V == "" {
+		return ""
+	}
+	u, err := url.Parse(v.V)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		c.errf(v.Line, field, "%q: want an http:// or https:// URL", v.V)
+		return ""
+	}
+	return v.V
+}
+
+func (c *compiler) limits(p *Policy, l *rawLimits) {
+	pos := func(v at[int], field string, def int) int {
+		if v.Line == 0 {
+			return def
+		}
+		if v.V <= 0 {
+			c.errf(v.Line, field, "%d: must be positive", v.V)
+			return def
+		}
+		return v.V
+	}
+	p.Limits = Limits{
+		ConnsPerIdentity: pos(l.ConnsPerIdentity, "limits.conns_per_identity", defaultConnsPerIdentity),
+		HeaderBytes:      pos(l.HeaderBytes, "limits.header_bytes", defaultHeaderBytes),
+		IdleTimeout:      c.duration(l.IdleTimeout, "limits.idle_timeout", defaultIdleTimeout),
+		DialTimeout:      c.duration(l.DialTimeout, "limits.dial_timeout", defaultDialTimeout),
+		MirrorBodyBytes:  defaultMirrorBodyBytes,
+		DNSQueriesPerSec: pos(l.DNSQueriesPerSec, "limits.dns_queries_per_second", defaultDNSQPS),
+	}
+	if l.MirrorBodyBytes.Line != 0 {
+		if l.MirrorBodyBytes.V <= 0 {
+			c.errf(l.MirrorBodyBytes.Line, "limits.mirror_body_bytes", "%d: must be positive", l.MirrorBodyBytes.V)
+		} else {
+			p.Limits.MirrorBodyBytes = l.MirrorBodyBytes.V
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// at holds a scalar from the config file with the line it came from, so that
+// validation after decoding can still name file and line. It is only used on
+// leaves: a custom unmarshaller on a mapping would lose KnownFields (go-yaml
+// #460).
+type at[T any] struct {
+	V    T
+	Line int
+}
+
+func (a *at[T]) UnmarshalYAML(n *yaml.Node) error {
+	a.Line = n.Line
+	return n.Decode(&a.V)
+}
+
+// The raw schema, version 1. Field names are the config keys in DESIGN.md.
+type rawConfig struct {
+	Version    *at[int]      `yaml:"version"`
+	Listen     rawListen     `yaml:"listen"`
+	Resolver   rawResolver   `yaml:"resolver"`
+	UpstreamCA at[string]    `yaml:"upstream_ca"`
+	Allow      []rawRule     `yaml:"allow"`
+	Deny       rawDeny       `yaml:"deny"`
+	Identities []rawIdentity `yaml:"identities"`
+	Sandbox    rawSandbox    `yaml:"sandbox"`
+	Selftest   rawSelftest   `yaml:"selftest"`
+	Limits     rawLimits     `yaml:"limits"`
+}
+
+type rawListen struct {
+	Proxy       at[string] `yaml:"proxy"`
+	DNS         at[string] `yaml:"dns"`
+	Admin       at[string] `yaml:"admin"`
+	Transparent at[string] `yaml:"transparent"`
+}
+
+type rawResolver struct {
+	Upstreams []at[string] `yaml:"upstreams"`
+}
+
+type rawRule struct {
+	Name           at[string]   `yaml:"name"`
+	Hosts          []at[string] `yaml:"hosts"`
+	Ports          []at[string] `yaml:"ports"`
+	CIDRs          []at[string] `yaml:"cidrs"`
+	Pages          []at[string] `yaml:"pages"`
+	Methods        []at[string] `yaml:"methods"`
+	Paths          []at[string] `yaml:"paths"`
+	Mirror         at[string]   `yaml:"mirror"`
+	ModulePrefixes []at[string] `yaml:"module_prefixes"`
+	TLS            *at[bool]    `yaml:"tls"`
+}
+
+type rawDeny struct {
+	Hosts []at[string] `yaml:"hosts"`
+	CIDRs []at[string] `yaml:"cidrs"`
+}
+
+type rawIdentity struct {
+	Name  at[string]   `yaml:"name"`
+	CIDRs []at[string] `yaml:"cidrs"`
+	User  at[string]   `yaml:"user"`
+}
+
+type rawSandbox struct {
+	InterfacePrefix at[string]   `yaml:"interface_prefix"`
+	Pool4           at[string]   `yaml:"pool4"`
+	Pool6           at[string]   `yaml:"pool6"`
+	UIDs            []at[uint32] `yaml:"uids"`
+	CIDRs           []at[string] `yaml:"cidrs"`
+}
+
+type rawSelftest struct {
+	Interval        at[string]   `yaml:"interval"`
+	Timeout         at[string]   `yaml:"timeout"`
+	TCP             []at[string] `yaml:"tcp"`
+	UDP             []at[string] `yaml:"udp"`
+	IPv6            []at[string] `yaml:"ipv6"`
+	Resolvers       []at[string] `yaml:"resolvers"`
+	CanaryName      at[string]   `yaml:"canary_name"`
+	CanaryURL       at[string]   `yaml:"canary_url"`
+	CanaryLog       at[string]   `yaml:"canary_log"`
+	Metadata        []at[string] `yaml:"metadata"`
+	ExpectReachable []at[string] `yaml:"expect_reachable"`
+	Webhook         at[string]   `yaml:"webhook"`
+}
+
+type rawLimits struct {
+	ConnsPerIdentity at[int]    `yaml:"conns_per_identity"`
+	HeaderBytes      at[int]    `yaml:"header_bytes"`
+	IdleTimeout      at[string] `yaml:"idle_timeout"`
+	DialTimeout      at[string] `yaml:"dial_timeout"`
+	MirrorBodyBytes  at[int64]  `yaml:"mirror_body_bytes"`
+	DNSQueriesPerSec at[int]    `yaml:"dns_queries_per_second"`
+}
+
+// ConfigError is one problem in a config file, located by file, line and
+// field path ("allow[3].hosts[0]").
+type ConfigError struct {
+	File  string
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Field)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// ConfigErrors is every problem found in one file, in file order.
+type ConfigErrors []*ConfigError
+
+func (es ConfigErrors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Load reads and compiles the config file at path.
+func Load(path string) (*Policy, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open config: %w", err)
+	}
+	defer f.Close()
+	return Parse(f, path)
+}
+
+// maxConfigBytes bounds what Parse reads: a million-host policy is ~30 MB.
+const maxConfigBytes = 256 << 20
+
+// Parse decodes a version-1 config strictly (unknown keys, a missing version
+// and trailing documents are errors) and compiles it into an immutable
+// Policy. name is used in error messages. Errors are ConfigErrors.
+func Parse(r io.Reader, name string) (*Policy, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", name, err)
+	}
+	if len(data) > maxConfigBytes {
+		return nil, ConfigErrors{{File: name, Msg: fmt.Sprintf("config larger than %d bytes", maxConfigBytes)}}
+	}
+	var raw rawConfig
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	c := compiler{file: name}
+	if err := dec.Decode(&raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, ConfigErrors{{File: name, Field: "version", Msg: "empty config: version: 1 is required"}}
+		}
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, yamlErrors(name, err)
+		}
+		// A type error still decodes the rest: report it and keep checking,
+		// so one run shows every problem.
+		c.errs = yamlErrors(name, err)
+	} else {
+		var extra yaml.Node
+		if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+			return nil, ConfigErrors{{File: name, Line: extra.Line, Msg: "more than one YAML document: a config is one document"}}
+		}
+	}
+	p := c.compile(&raw)
+	if len(c.errs) > 0 {
+		slices.SortStableFunc(c.errs, func(a, b *ConfigError) int { return a.Line - b.Line })
+		return nil, c.errs
+	}
+	return p, nil
+}
+
+var (
+	yamlLineRE    = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+	yamlUnknownRE = regexp.MustCompile(`^field (\S+) not found in type policy\.raw(\w+)$`)
+)
+
+// sectionOf names a raw type as the user knows it.
+var sectionOf = map[string]string{
+	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
+	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
+}
+
+// yamlErrors turns yaml.v3's messages into file:line errors, naming unknown
+// keys by the section they appeared in.
+func yamlErrors(file string, err error) ConfigErrors {
+	var msgs []string
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	} else {
+		msgs = []string{err.Error()}
+	}
+	var out ConfigErrors
+	for _, m := range msgs {
+		e := &ConfigError{File: file, Msg: strings.TrimPrefix(m, "yaml: ")}
+		if sm := yamlLineRE.FindStringSubmatch(m); sm != nil {
+			fmt.Sscan(sm[1], &e.Line)
+			e.Msg = sm[2]
+		}
+		if um := yamlUnknownRE.FindStringSubmatch(e.Msg); um != nil {
+			e.Field = sectionOf[um[2]]
+			e.Msg = fmt.Sprintf("unknown key %q", um[1])
+		}
+		out = append(out, e)
+	}
+	return out
+}

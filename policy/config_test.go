@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  string
+		want string // substring of the error, with file:line
+	}{
+		{"missing version", "allow: []\n", "test.yaml:1: version: missing"},
+		{"bad version", "version: 2\n", "test.yaml:1: version: unsupported version 2"},
+		{"unknown top key", "version: 1\nalow: []\n", "test.yaml:2: top level: unknown key \"alow\""},
+		{"unknown rule key", "version: 1\nallow:\n  - name: a\n    hosts: [a.com]\n    host: b.com\n", "test.yaml:5: allow[]: unknown key \"host\""},
+		{"wildcard tld", "version: 1\nallow:\n  - hosts: [example.org, \"*.com\"]\n", "test.yaml:3: allow[0].hosts[1]: \"*.com\": a wildcard must cover a whole label under a registrable domain"},
+		{"wildcard public suffix", "version: 1\nallow:\n  - hosts: [\"*.co.uk\"]\n", "allow[0].hosts[0]: \"*.co.uk\": a wildcard must cover"},
+		{"wildcard middle", "version: 1\nallow:\n  - hosts: [\"a.*.example.com\"]\n", "test.yaml:3: allow[0].hosts[0]: \"a.*.example.com\": a wildcard is allowed only as the whole first label"},
+		{"address as host", "version: 1\nallow:\n  - hosts: [10.0.0.1]\n", "allow[0].hosts[0]: \"10.0.0.1\" is an address: put addresses in cidrs (e.g. 10.0.0.1/32)"},
+		{"bad port", "version: 1\nallow:\n  - hosts: [a.com]\n    ports: [0]\n", "test.yaml:4: allow[0].ports[0]: \"0\": want a port"},
+		{"bad range", "version: 1\nallow:\n  - hosts: [a.com]\n    ports: [\"9-1\"]\n", "allow[0].ports[0]: \"9-1\""},
+		{"bad cidr", "version: 1\nallow:\n  - cidrs: [10.0.0.1/8]\n", "test.yaml:3: allow[0].cidrs[0]: \"10.0.0.1/8\" has host bits set: did you mean 10.0.0.0/8?"},
+		{"bad page", "version: 1\nallow:\n  - hosts: [a.com]\n    pages: [reed]\n", "test.yaml:4: allow[0].pages[0]: unknown page type \"reed\""},
+		{"bad mirror", "version: 1\nallow:\n  - hosts: [a.com]\n    mirror: pip\n", "test.yaml:4: allow[0].mirror: unknown mirror \"pip\""},
+		{"mirror with pages", "version: 1\nallow:\n  - hosts: [a.com]\n    mirror: npm\n    pages: [read]\n", "a mirror rule takes no pages"},
+		{"tls false needs host-only", "version: 1\nallow:\n  - hosts: [git.example.com]\n    ports: [22]\n    tls: false\n", "test.yaml:5: allow[0].tls: tls: false tunnels raw TCP"},
+		{"empty rule", "version: 1\nallow:\n  - name: nothing\n", "test.yaml:3: allow[0]: rule \"nothing\" names no hosts and no cidrs"},
+		{"duplicate name", "version: 1\nallow:\n  - name: a\n    hosts: [a.com]\n  - name: a\n    hosts: [b.com]\n", "test.yaml:5: allow[1].name: duplicate rule name \"a\""},
+		{"type error", "version: 1\nallow:\n  - hosts: a.com\n", "test.yaml:3: cannot unmarshal"},
+		{"selftest v6", "version: 1\nselftest:\n  ipv6: [1.1.1.1:443]\n", "test.yaml:3: selftest.ipv6[0]: \"1.1.1.1:443\": ipv6 probes need an IPv6 address"},
+		{"selftest interval", "version: 1\nselftest:\n  interval: soon\n", "test.yaml:3: selftest.interval: \"soon\": want a positive duration"},
+		{"listen name", "version: 1\nlisten:\n  proxy: proxy.local:3128\n", "test.yaml:3: listen.proxy: \"proxy.local:3128\": listen on an address"},
+		{"upstream", "version: 1\nresolver:\n  upstreams: [dns.google]\n", "test.yaml:3: resolver.upstreams[0]"},
+		{"deny star", "version: 1\ndeny:\n  hosts: [\"*\"]\n", "test.yaml:3: deny.hosts[0]: \"*\" is not allowed here"},
+		{"two docs", "version: 1\n---\nversion: 1\n", "more than one YAML document"},
+		{"empty", "", "version: 1 is required"},
+		{"module prefixes without goproxy", "version: 1\nallow:\n  - hosts: [a.com]\n    mirror: npm\n    module_prefixes: [github.com/x]\n", "module_prefixes needs mirror: goproxy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tt.cfg), "test.yaml")
+			if err == nil {
+				t.Fatalf("Parse accepted the config; want error containing %q", tt.want)
+			}
+			var ce ConfigErrors
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T is not ConfigErrors: %v", err, err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got error\n%v\nwant it to contain\n%s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseCollectsAllErrors(t *testing.T) {
+	_, err := Parse(strings.NewReader("version: 1\nallow:\n  - hosts: [\"*.com\"]\n    ports: [0]\n"), "x.yaml")
+	var ce ConfigErrors
+	if !errors.As(err, &ce) || len(ce) != 2 {
+		t.Fatalf("got %v, want 2 errors", err)
+	}
+}
+
+func TestFirstMatchWins(t *testing.T) {
+	p := mustParse(t, `
+version: 1
+allow:
+  - name: api-only-443
+    hosts: [api.example.com]
+    ports: [443]
+  - name: example-wild
+    hosts: ["*.example.com"]
+    ports: [80, 443, 8000-8100]
+  - name: exact-later
+    hosts: [www.example.com]
+  - name: any
+    hosts: ["*"]
+    ports: [8443]
+`)
+	tests := []struct {
+		target   string
+		wantRule string
+		reason   Reason
+	}{
+		{"api.example.com:443", "api-only-443", ReasonAllowed},
+		{"api.example.com:80", "example-wild", ReasonAllowed},
+		{"www.example.com:443", "example-wild", ReasonAllowed}, // rule 1 precedes rule 2
+		{"a.b.example.com:8050", "example-wild", ReasonAllowed},
+		{"example.com:443", "", ReasonNoRule}, // *.example.com does not cover the apex
+		{"example.com:8443", "any", ReasonAllowed},
+		{"other.org:443", "", ReasonNoRule},
+		{"api.example.com:22", "", ReasonPort},
+	}
+	for _, tt := range tests {
+		tgt, err := ParseAuthority(tt.target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := p.DecideTarget(&tgt)
+		if d.RuleName() != tt.wantRule || d.Reason != tt.reason {
+			t.Errorf("%s: got rule %q reason %v, want %q %v", tt.target, d.RuleName(), d.Reason, tt.wantRule, tt.reason)
+		}
+	}
+}
+
+func TestHighRiskBeatsAllow(t *testing.T) {
+	p := mustParse(t, `
+version: 1
+allow:
+  - hosts: [metadata.google.internal, upload.pypi.org, "*.evil.example", ok.example]
+    cidrs: [169.254.0.0/16, 203.0.113.0/24]
+    ports: [1-65535]
+deny:
+  hosts: ["*.evil.example", bad.example]
+  cidrs: [203.0.113.66/32]
+`)
+	for _, s := range []string{"metadata.google.internal:80", "upload.pypi.org:443", "x.evil.example:443", "evil.example:443", "169.254.169.254:80", "203.0.113.66:443", "[64:ff9b::203.0.113.66]:443"} {
+		tgt, err := ParseAuthority(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := p.DecideTarget(&tgt)
+		if d.Allow || !d.HighRisk {
+			t.Errorf("%s: allow %v high_risk %v, want denied as high-risk", s, d.Allow, d.HighRisk)
+		}
+	}
+	tgt, _ := ParseAuthority("203.0.113.67:443")
+	if d := p.DecideTarget(&tgt); !d.Allow {
+		t.Errorf("203.0.113.67 denied (%v): want allowed by the documentation cidr", d.Reason)
+	}
+}

@@ -1,0 +1,1184 @@
+package policy
+
+// Page types (DESIGN.md step 4; research/MIRRORS-PAGETYPES.md §B.2): one
+// PageType per request, from method, path, query, Content-Type and host,
+// plus the id of the signal that decided it.
+//
+// Two asymmetries shape every choice here. A read classified as a write is
+// friction; a write classified as a read is a leak. So:
+//   - a method other than GET, HEAD or OPTIONS is a write unless the request
+//     is on readOnlyPOSTs, which matches raw, unescaped paths only;
+//   - escapes, dot segments, ';' parameters, backslashes and doubled slashes
+//     can only add signals: the path is decoded until it stops changing, and
+//     a path that needed any of that loses the rules that remove signals
+//     (content guards, owner/repo names, word positions).
+
+import (
+	"bytes"
+	"strings"
+)
+
+// pgReadOnlyPOST names a request made with POST that only reads. These are
+// the only non-GET/HEAD/OPTIONS requests ClassifyPage ever calls read or
+// download.
+type pgReadOnlyPOST struct {
+	ID          string   // the signal ClassifyPage returns
+	Host        string   // exact host; "" for any host (self-hosted software)
+	Paths       []string // raw-path patterns: "*" is one segment, a leading "**" any prefix
+	ContentType string   // required media type; "" only with MaxBody 0 (no body)
+	MaxBody     int64    // Content-Length cap; an unknown (chunked) length never matches
+	Page        PageType // PageRead or PageDownload
+}
+
+// readOnlyPOSTs is the explicit list of read-only POSTs. GraphQL endpoints
+// are deliberately absent (a mutation looks like a query from outside), and
+// so is npm audit (it uploads the whole dependency inventory).
+var readOnlyPOSTs = []pgReadOnlyPOST{
+	// git fetch/clone negotiation (gitprotocol-http(5)). git switches to a
+	// chunked body above http.postBuffer (1 MiB), so the cap matches it.
+	{ID: "readpost:git-upload-pack", Paths: []string{"**/git-upload-pack"},
+		ContentType: "application/x-git-upload-pack-request", MaxBody: 1 << 20, Page: PageDownload},
+	// Jira issue search (JQL in a JSON body), on any Jira host.
+	{ID: "readpost:jira-search", Paths: []string{"**/rest/api/*/search", "**/rest/api/*/search/jql"},
+		ContentType: "application/json", MaxBody: 64 << 10, Page: PageRead},
+	// Hugging Face file metadata, as huggingface_hub asks for it.
+	{ID: "readpost:hf-paths-info", Host: "huggingface.co", Paths: []string{"/api/*/*/*/paths-info/*", "/api/*/*/paths-info/*"},
+		ContentType: "application/x-www-form-urlencoded", MaxBody: 256 << 10, Page: PageRead},
+	// Sonatype Central deployment status (?id=… in the query, no body).
+	{ID: "readpost:sonatype-status", Host: "central.sonatype.com", Paths: []string{"/api/v1/publisher/status"}, Page: PageRead},
+}
+
+// ClassifyPage returns the page type of r and the id of the signal that
+// decided it ("host:accounts.", "path:login", "query:client_id",
+// "ctype:multipart", "method:POST-unknown", "known:git-receive-pack",
+// "readpost:jira-search", "ext:.whl", "default"), so a decision can explain
+// itself. Rules are tried in order and the first that fires wins: named
+// read-only POSTs, known endpoints, then payment, oauth, login, upload,
+// publish, posting, admin, the method, and for GET/HEAD/OPTIONS without a
+// body download and finally read.
+//
+// r.Host must be normalized (lower case, no trailing dot), as ParseURL
+// leaves it. ClassifyPage does not allocate for paths up to 256 bytes and 32
+// segments.
+func ClassifyPage(r *Request) (PageType, string) {
+	safe := r.Method == "GET" || r.Method == "HEAD" || r.Method == "OPTIONS"
+	if !safe {
+		if e := pgReadOnly(r); e != nil {
+			return e.Page, e.ID
+		}
+	}
+
+	var buf [2 * 256]byte
+	var segs [32]pgSpan
+	p := pgParsePath(r.Path, buf[:0], segs[:0])
+	var q pgQuery
+	q.scan(r.Query)
+
+	if t, why := pgKnownWrite(r, &p, &q, safe); why != "" {
+		return t, why
+	}
+
+	label := r.Host
+	if i := strings.IndexByte(label, '.'); i >= 0 {
+		label = label[:i]
+	}
+	hr := pgHostLabels[label]
+	var s pgSignals
+	if !hr.content && !pgContentHosts[r.Host] {
+		s.walk(&p, r.Host, safe)
+	}
+	if q.specialN > 0 {
+		// index.php?title=Special:UserLogin is the page /wiki/Special:UserLogin.
+		sp := q.special[:q.specialN]
+		s.segment(sp, sp, true, true, safe)
+	}
+
+	// payment
+	if hr.page == PagePayment {
+		return PagePayment, hr.why
+	}
+	if why := pgPaymentHosts[r.Host]; why != "" {
+		return PagePayment, why
+	}
+	if s.payment != "" {
+		return PagePayment, s.payment
+	}
+	// oauth: an authorize or token endpoint, or the authorize query itself.
+	if q.clientID && (q.responseType || q.redirectURI) {
+		return PageOAuth, "query:client_id"
+	}
+	if q.grantType {
+		return PageOAuth, "query:grant_type"
+	}
+	if s.oauth != "" {
+		return PageOAuth, s.oauth
+	}
+	if s.oauthEnd != "" && (s.oauthMark || strings.HasPrefix(label, "oauth")) {
+		return PageOAuth, s.oauthEnd
+	}
+	// login
+	if hr.page == PageLogin {
+		return PageLogin, hr.why
+	}
+	if s.login != "" {
+		return PageLogin, s.login
+	}
+	if !safe && s.cred != "" {
+		return PageLogin, s.cred
+	}
+	if q.login != "" {
+		return PageLogin, q.login
+	}
+	// upload
+	if !safe {
+		switch pgContentKind(r.ContentType) {
+		case pgMultipart:
+			return PageUpload, "ctype:multipart"
+		case pgBinary:
+			return PageUpload, "ctype:binary"
+		}
+		if r.Method == "PUT" && r.ContentLength != 0 {
+			return PageUpload, "method:PUT-body" // PUT stores bytes at a URL
+		}
+		switch r.Method {
+		case "MKCOL", "PROPPATCH", "MOVE", "COPY", "LOCK", "UNLOCK":
+			return PageUpload, "method:webdav"
+		}
+		if s.upload != "" {
+			return PageUpload, s.upload
+		}
+	}
+	if hr.page == PageUpload {
+		return PageUpload, hr.why
+	}
+	if s.uploadPage != "" {
+		return PageUpload, s.uploadPage
+	}
+	if q.upload != "" {
+		return PageUpload, q.upload
+	}
+	// publish
+	if !safe && s.publish != "" {
+		return PagePublish, s.publish
+	}
+	// posting
+	if s.compose != "" {
+		return PagePosting, s.compose
+	}
+	if !safe && s.postWrite != "" {
+		return PagePosting, s.postWrite
+	}
+	if q.posting != "" {
+		return PagePosting, q.posting
+	}
+	if q.text && !s.search {
+		return PagePosting, "query:text"
+	}
+	if s.graphql && q.mutation {
+		return PagePosting, "query:mutation"
+	}
+	// admin
+	if hr.page == PageAdmin {
+		return PageAdmin, hr.why
+	}
+	if s.admin != "" {
+		return PageAdmin, s.admin
+	}
+	if !safe && s.adminWrite != "" {
+		return PageAdmin, s.adminWrite
+	}
+	// any other write
+	if !safe {
+		if s.graphql {
+			return PagePosting, "path:graphql"
+		}
+		switch r.Method {
+		case "POST":
+			return PagePosting, "method:POST-unknown"
+		case "PUT":
+			return PagePosting, "method:PUT-unknown"
+		case "PATCH":
+			return PagePosting, "method:PATCH-unknown"
+		case "DELETE":
+			return PagePosting, "method:DELETE-unknown"
+		}
+		return PagePosting, "method:unknown"
+	}
+	if r.ContentLength != 0 {
+		return PagePosting, "body:GET" // a GET that carries a body is not a plain read
+	}
+	// download
+	if hr.page == PageDownload {
+		return PageDownload, hr.why
+	}
+	if why := pgDownload(r, &p, &q); why != "" {
+		return PageDownload, why
+	}
+	return PageRead, "default"
+}
+
+// pgReadOnly returns the readOnlyPOSTs entry r matches, or nil. Only a raw
+// path with nothing to decode or resolve can match, so no spelling of a
+// write can reach a read-only entry.
+func pgReadOnly(r *Request) *pgReadOnlyPOST {
+	if r.Method != "POST" || r.ContentLength < 0 || !pgPlainPath(r.Path) {
+		return nil
+	}
+	for i := range readOnlyPOSTs {
+		e := &readOnlyPOSTs[i]
+		if r.ContentLength > e.MaxBody || e.Host != "" && e.Host != r.Host {
+			continue
+		}
+		if e.ContentType != "" && !strings.EqualFold(pgMediaType(r.ContentType), e.ContentType) {
+			continue
+		}
+		for _, pat := range e.Paths {
+			if pgMatch(pat, r.Path) {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// pgPlainPath reports whether path is absolute, uses only unreserved and
+// sub-delim characters other than ';', and has no empty or dot segments.
+func pgPlainPath(path string) bool {
+	if path == "" || path[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(path); i++ {
+		if !pgPlainChars[path[i]] {
+			return false
+		}
+	}
+	for seg := range strings.SplitSeq(path[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+var pgPlainChars = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,=:@/") {
+		t[c] = true
+	}
+	return t
+}()
+
+// pgMatch matches a readOnlyPOSTs pattern against a plain path, segment by
+// segment from the end.
+func pgMatch(pat, path string) bool {
+	anyPrefix := strings.HasPrefix(pat, "**/")
+	if anyPrefix {
+		pat = pat[2:]
+	}
+	for {
+		pi, xi := strings.LastIndexByte(pat, '/'), strings.LastIndexByte(path, '/')
+		if pi < 0 || xi < 0 {
+			return false
+		}
+		if ps := pat[pi+1:]; ps != "*" && ps != path[xi+1:] {
+			return false
+		}
+		pat, path = pat[:pi], path[:xi]
+		if pat == "" {
+			return path == "" || anyPrefix
+		}
+	}
+}
+
+// pgKnownWrite is the table of endpoints that the generic rules get wrong:
+// git push, registry publish and token APIs, OCI pushes, webhook sinks. It
+// only ever returns write types, so it cannot hide a signal.
+func pgKnownWrite(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, string) {
+	n := len(p.segs)
+	last := n - 1
+	if p.is(last, "git-receive-pack") || q.receivePack ||
+		strings.EqualFold(pgMediaType(r.ContentType), "application/x-git-receive-pack-request") {
+		return PagePublish, "known:git-receive-pack"
+	}
+	if !safe && p.index("lfs") > 0 && p.is(p.index("lfs")-1, "info") {
+		return PageUpload, "known:git-lfs" // the batch body may say upload; we do not see it
+	}
+	if q.scopeWrite && p.is(last, "token") {
+		return PageLogin, "known:registry-token-write"
+	}
+	if q.writeTrue {
+		return PagePublish, "query:write=true" // npm reads the packument this way only to PUT it back
+	}
+	if p.is(0, "v2") {
+		for i := 2; i < n; i++ {
+			if p.is(i, "blobs") && p.is(i+1, "uploads") {
+				return PageUpload, "known:oci-blob-upload"
+			}
+			if !safe && (p.is(i, "manifests") || p.is(i, "blobs")) {
+				return PagePublish, "known:oci-push"
+			}
+		}
+	}
+	switch r.Host {
+	case "upload.pypi.org":
+		return PagePublish, "known:pypi-upload"
+	case "pypi.org", "test.pypi.org":
+		if p.is(0, "_") && p.is(1, "oidc") {
+			return PageLogin, "known:pypi-oidc"
+		}
+		if !safe && p.is(0, "legacy") {
+			return PagePublish, "known:pypi-upload"
+		}
+	case "registry.npmjs.org", "registry.yarnpkg.com":
+		dash := p.is(0, "-")
+		if dash && (p.is(1, "user") || p.is(1, "v1") && p.is(2, "login") ||
+			p.is(1, "npm") && p.is(2, "v1") && (p.is(3, "tokens") || p.is(3, "oidc") || p.is(3, "user"))) {
+			return PageLogin, "known:npm-login"
+		}
+		if !safe && !(dash && p.is(1, "npm")) {
+			return PagePublish, "known:npm-publish" // PUT /<pkg>, dist-tags, unpublish
+		}
+	case "crates.io":
+		if !p.is(0, "api") || !p.is(1, "v1") {
+			break
+		}
+		switch {
+		case p.is(2, "me") && p.is(3, "tokens"), p.is(2, "trusted_publishing"):
+			return PageLogin, "known:crates-token"
+		case safe || !p.is(2, "crates"):
+		case p.is(3, "new"), p.is(last, "yank"), p.is(last, "unyank"):
+			return PagePublish, "known:crates-publish"
+		case p.is(last, "owners"):
+			return PageAdmin, "known:crates-owners"
+		}
+	case "rubygems.org":
+		if !p.is(0, "api") || !p.is(1, "v1") {
+			break
+		}
+		switch {
+		case p.is(2, "api_key"), p.is(2, "api_key.json"):
+			return PageLogin, "known:rubygems-api-key" // a GET that returns the account's key
+		case safe || !p.is(2, "gems"):
+		case p.is(last, "owners"):
+			return PageAdmin, "known:rubygems-owners"
+		default:
+			return PagePublish, "known:rubygems-push"
+		}
+	case "huggingface.co", "hf.co":
+		if !p.is(0, "api") {
+			break
+		}
+		if !safe && p.is(1, "repos") {
+			return PagePublish, "known:hf-repos"
+		}
+		for i := 2; i < n; i++ {
+			switch {
+			case p.is(i, "preupload"):
+				return PageUpload, "known:hf-preupload"
+			case p.is(i, "xet-write-token"):
+				return PageLogin, "known:hf-write-token"
+			case !safe && p.is(i, "commit"):
+				return PagePublish, "known:hf-commit"
+			}
+		}
+	case "hooks.slack.com":
+		return PagePosting, "known:slack-webhook"
+	}
+	return PageRead, ""
+}
+
+// pgDownload names the download signal of a GET that nothing else claimed.
+func pgDownload(r *Request, p *pgPath, q *pgQuery) string {
+	n := len(p.segs)
+	if p.is(0, "v2") && (p.index("blobs") > 1 || p.index("manifests") > 1) {
+		return "known:oci-pull"
+	}
+	if q.uploadPack && p.is(n-1, "refs") && p.is(n-2, "info") {
+		return "known:git-upload-pack"
+	}
+	if (r.Host == "huggingface.co" || r.Host == "hf.co") && p.index("resolve") > 0 {
+		return "known:hf-resolve"
+	}
+	if p.index("download") >= 0 {
+		return "path:download"
+	}
+	if n == 0 {
+		return ""
+	}
+	last := p.low(n - 1)
+	dot := bytes.LastIndexByte(last, '.')
+	if dot <= 0 {
+		return ""
+	}
+	if pgHasSuffix(last[:dot], ".tar") {
+		if why := pgArchiveExts[string(last[dot-4:])]; why != "" {
+			return why // name .tar.gz, not .gz
+		}
+	}
+	return pgArchiveExts[string(last[dot:])]
+}
+
+// pgArchiveExts are file types a GET downloads rather than reads.
+var pgArchiveExts = func() map[string]string {
+	m := map[string]string{}
+	for _, e := range []string{".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tgz", ".tbz2", ".txz", ".tar",
+		".zip", ".gz", ".bz2", ".xz", ".zst", ".lz4", ".7z", ".rar",
+		".whl", ".egg", ".crate", ".gem", ".jar", ".war", ".aar", ".pom", ".nupkg", ".conda",
+		".deb", ".udeb", ".rpm", ".apk", ".dmg", ".pkg", ".msi", ".exe", ".iso", ".img", ".appimage", ".snap",
+		".safetensors", ".gguf", ".onnx", ".parquet",
+		".sha1", ".sha256", ".sha512", ".md5", ".asc", ".sig"} {
+		m[e] = "ext:" + e
+	}
+	return m
+}()
+
+// Content-Type kinds that decide a write's page type.
+const (
+	pgOtherBody = iota
+	pgMultipart
+	pgBinary
+)
+
+func pgContentKind(ct string) int {
+	mt := pgMediaType(ct)
+	var b [64]byte
+	if len(mt) > len(b) {
+		return pgOtherBody
+	}
+	low := pgLower(b[:0], mt)
+	if bytes.HasPrefix(low, []byte("multipart/")) {
+		return pgMultipart
+	}
+	for _, pfx := range []string{"image/", "video/", "audio/", "font/"} {
+		if pgHasPrefix(low, pfx) {
+			return pgBinary
+		}
+	}
+	switch string(low) {
+	case "application/octet-stream", "application/zip", "application/gzip", "application/x-gzip",
+		"application/x-tar", "application/x-bzip2", "application/x-xz", "application/zstd",
+		"application/x-7z-compressed", "application/java-archive", "application/pdf",
+		"application/vnd.android.package-archive", "application/x-binary":
+		return pgBinary
+	}
+	return pgOtherBody
+}
+
+// pgMediaType is ct without parameters or surrounding blanks.
+func pgMediaType(ct string) string {
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.Trim(ct, " \t")
+}
+
+func pgLower(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// Host first labels. Content hosts (documentation, help, blogs) keep only the
+// known-endpoint, query and method rules: their paths name topics, not
+// functions.
+type pgHostRule struct {
+	page    PageType
+	content bool
+	why     string
+}
+
+var pgHostLabels = func() map[string]pgHostRule {
+	m := map[string]pgHostRule{}
+	add := func(t PageType, content bool, labels ...string) {
+		for _, l := range labels {
+			m[l] = pgHostRule{page: t, content: content, why: "host:" + l + "."}
+		}
+	}
+	add(PagePayment, false, "checkout", "pay", "payment", "payments", "billing", "buy", "donate")
+	add(PageLogin, false, "accounts", "login", "signin", "signup", "auth", "sso", "id", "idp", "identity", "passport")
+	add(PageAdmin, false, "admin", "console", "portal", "dashboard", "manage", "myaccount", "account", "cpanel", "settings")
+	add(PageUpload, false, "upload", "uploads")
+	add(PageDownload, false, "codeload", "dl", "download", "downloads", "release-assets")
+	add(PageRead, true, "docs", "developer", "developers", "support", "help", "learn", "blog")
+	return m
+}()
+
+// pgContentHosts are content hosts whose first label does not say so.
+var pgContentHosts = map[string]bool{"pkg.go.dev": true, "raw.githubusercontent.com": true,
+	"gist.githubusercontent.com": true}
+
+// pgHostGuards are first segments that start a package page on registry
+// sites: what follows is a package name.
+var pgHostGuards = map[string]string{"pypi.org": "project", "www.npmjs.com": "package",
+	"crates.io": "crates", "rubygems.org": "gems", "hub.docker.com": "r"}
+
+// pgPaymentHosts are whole payment APIs and sites.
+var pgPaymentHosts = map[string]string{
+	"api.stripe.com":   "host:api.stripe.com",
+	"paypal.com":       "host:paypal.com",
+	"www.paypal.com":   "host:www.paypal.com",
+	"api.paypal.com":   "host:api.paypal.com",
+	"api-m.paypal.com": "host:api-m.paypal.com",
+}
+
+// pgSpan is one path segment: bounds into pgPath.b (original case) and, at
+// the same offsets plus half, the lower-cased copy.
+type pgSpan struct{ lo, hi int }
+
+// pgPath is a request path decoded until stable and split into segments.
+type pgPath struct {
+	b     []byte // decoded path, then its lower-cased copy
+	half  int    // offset of the lower-cased copy
+	segs  []pgSpan
+	weird bool // it took decoding of a separator or dot, or had ';', '\\', control bytes, empty or dot segments
+}
+
+// pgMaxDecode bounds the decoding rounds; a path still changing after that
+// is weird.
+const pgMaxDecode = 4
+
+func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
+	p := pgPath{b: append(buf, raw...), segs: segs}
+	for round := 0; ; round++ {
+		var changed, sep bool
+		p.b, changed, sep = pgUnescape(p.b)
+		p.weird = p.weird || sep
+		if !changed {
+			break
+		}
+		if round == pgMaxDecode-1 {
+			p.weird = true
+			break
+		}
+	}
+	p.half = len(p.b)
+	for i := 0; i < p.half; i++ {
+		c := p.b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		p.b = append(p.b, c)
+	}
+	start := 0
+	for i := 0; i <= p.half; i++ {
+		if i < p.half {
+			c := p.b[i]
+			if c != '/' && c != '\\' && c >= 0x20 && c != 0x7f {
+				continue
+			}
+			if c != '/' {
+				p.weird = true // a separator to some servers
+			}
+		}
+		hi := i
+		for j := start; j < hi; j++ {
+			if p.b[j] == ';' {
+				hi, p.weird = j, true // path parameters: /login;jsessionid=x is /login
+				break
+			}
+		}
+		switch seg := p.b[start:hi]; {
+		case len(seg) == 0:
+			// Only the leading and a trailing slash leave an empty segment.
+			if start != 0 && i != p.half {
+				p.weird = true
+			}
+		case string(seg) == "." || string(seg) == "..":
+			p.weird = true // not resolved: every segment keeps its say
+		default:
+			p.segs = append(p.segs, pgSpan{start, hi})
+		}
+		start = i + 1
+	}
+	return p
+}
+
+// pgUnescape decodes %XX escapes in place. sep reports a decoded '/', '\\',
+// '.', ';' or control byte: spellings that hide structure.
+func pgUnescape(b []byte) (out []byte, changed, sep bool) {
+	w := 0
+	for r := 0; r < len(b); r++ {
+		c := b[r]
+		if c == '%' && r+2 < len(b) && pgHex(b[r+1]) >= 0 && pgHex(b[r+2]) >= 0 {
+			c = byte(pgHex(b[r+1])<<4 | pgHex(b[r+2]))
+			r += 2
+			changed = true
+			if c == '/' || c == '\\' || c == '.' || c == ';' || c < 0x20 || c == 0x7f {
+				sep = true
+			}
+		}
+		b[w] = c
+		w++
+	}
+	return b[:w], changed, sep
+}
+
+func pgHex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c - 'a' + 10)
+	case 'A' <= c && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
+}
+
+func (p *pgPath) orig(i int) []byte { return p.b[p.segs[i].lo:p.segs[i].hi] }
+func (p *pgPath) low(i int) []byte  { return p.b[p.half+p.segs[i].lo : p.half+p.segs[i].hi] }
+
+// is reports whether segment i (lower-cased) is s; false when out of range.
+func (p *pgPath) is(i int, s string) bool {
+	return i >= 0 && i < len(p.segs) && string(p.low(i)) == s
+}
+
+// index is the first segment equal to s (lower-cased), or -1.
+func (p *pgPath) index(s string) int {
+	for i := range p.segs {
+		if string(p.low(i)) == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// Word categories. A word can carry several.
+const (
+	wPayment    = 1 << iota // checkout, billing, sponsorship
+	wOAuthEnd               // last segment of an OAuth endpoint when an oauth mark is present
+	wOAuthSelf              // last segment of an OAuth endpoint on its own: authorize
+	wOAuthMark              // names OAuth/OIDC somewhere in the path
+	wLogin                  // sign-in, sign-up, sessions: in the first two or the last segment
+	wCred                   // credentials: a write to them mints or revokes one
+	wUpload                 // upload endpoints (non-GET)
+	wUploadPage             // the upload page itself (any method, positional)
+	wPublish                // releases and registry metadata (non-GET)
+	wCompose                // compose and submit pages, any method
+	wVerb                   // a write verb: a whole last segment, or a camelCase name's first word
+	wPostWrite              // user-content collections (non-GET)
+	wAdmin                  // settings and admin pages, any method
+	wAdminWrite             // ownership and permission resources (non-GET)
+	wGuard                  // content prefix: what follows is content, not function
+	wSearch                 // a search path: text= is a search term there
+	wNoSkip                 // a first segment that is a site route, not an owner name
+)
+
+type pgWord struct {
+	flags int
+	why   string
+}
+
+var pgWords = func() map[string]pgWord {
+	m := map[string]pgWord{}
+	add := func(f int, words ...string) {
+		for _, w := range words {
+			e := m[w]
+			e.flags |= f
+			e.why = "path:" + w
+			m[w] = e
+		}
+	}
+	add(wPayment, "checkout", "payment", "payments", "pay", "billing", "purchase", "subscribe",
+		"sponsors", "sponsorships", "donate", "cart")
+	add(wOAuthEnd, "auth", "token")
+	add(wOAuthSelf, "authorize", "access_token", "accesstoken")
+	add(wOAuthMark, "oauth", "oauth2", "openid", "oidc", "connect")
+	// Squashed spellings (sign_in, Sign-Up, UserLogin) are looked up too.
+	add(wLogin, "login", "logon", "logout", "signin", "signup", "signon", "signout", "register", "registration",
+		"join", "session", "sessions", "servicelogin", "userlogin", "createaccount", "password", "passwords",
+		"forgot", "auth", "authenticate", "sso", "saml", "mfa", "2fa", "twofactor", "webauthn", "passkeys")
+	add(wCred, "token", "tokens", "apikey", "apikeys", "credential", "credentials")
+	add(wUpload, "upload", "uploads", "attachment", "attachments", "media-new.php")
+	add(wUploadPage, "upload", "media-new.php")
+	add(wPublish, "publish", "unpublish", "release", "releases", "yank", "unyank", "deprecate", "refs", "disttags")
+	add(wCompose, "compose", "submit", "posting", "post-new.php", "wp-comments-post.php")
+	add(wVerb, "add", "create", "new", "post", "submit", "send", "reply", "compose", "edit", "delete", "remove",
+		"update", "ask", "write", "save", "comment", "publish", "share")
+	add(wPostWrite, "comment", "comments", "reply", "replies", "note", "notes", "message", "messages",
+		"webhook", "webhooks", "post", "posts", "issue", "issues", "pulls", "review", "reviews", "answer", "answers",
+		"thread", "threads", "discussion", "discussions", "status", "statuses", "tweet", "tweets",
+		"paste", "pastes", "gist", "gists", "chat", "xmlrpc")
+	add(wAdmin, "admin", "administrator", "settings", "preferences", "manage", "iam", "account", "tokens",
+		"collaboration", "permissions")
+	add(wAdminWrite, "owner", "owners", "member", "members", "collaborator", "collaborators", "permission",
+		"role", "roles", "hook", "hooks", "key", "keys", "secret", "secrets", "variables", "invitation",
+		"invitations", "protection")
+	add(wGuard, "blob", "tree", "raw", "src", "wiki", "docs", "doc", "documentation", "topics", "tagged",
+		"article", "articles", "blog", "news", "commit", "commits")
+	add(wSearch, "search")
+	add(wNoSkip, "-", "api", "users", "user", "orgs", "organizations", "groups", "explore", "projects",
+		"repos", "new", "marketplace", "apps", "notifications", "codespaces", "datasets", "spaces", "models",
+		"site", "enterprise", "features", "pricing", "dashboard")
+	return m
+}()
+
+// pgSignals holds, per category, the first word that fired ("" when none).
+type pgSignals struct {
+	payment, oauth, oauthEnd, login, cred, upload, uploadPage, publish string
+	compose, postWrite, admin, adminWrite                              string
+	oauthMark, search, graphql                                         bool
+}
+
+func pgSet(dst *string, why string) {
+	if *dst == "" {
+		*dst = why
+	}
+}
+
+// Namespace hosts: code and model hubs whose first path segments are
+// user-chosen owner and repository names. Words in those names ("login-kit",
+// "admin-ui") say nothing about the page.
+const (
+	nsWeb = 1 + iota
+	nsHF
+	nsGitHubAPI
+)
+
+var pgNamespaceHosts = map[string]int{
+	"github.com": nsWeb, "gist.github.com": nsWeb, "gitlab.com": nsWeb, "codeberg.org": nsWeb,
+	"bitbucket.org": nsWeb, "gitea.com": nsWeb, "huggingface.co": nsHF, "hf.co": nsHF,
+	"api.github.com": nsGitHubAPI,
+}
+
+// names returns the segments [lo, hi) that are owner and repository names.
+func (p *pgPath) names(host string) (lo, hi int) {
+	kind := pgNamespaceHosts[host]
+	if kind == 0 || p.weird || len(p.segs) == 0 {
+		return 0, 0
+	}
+	first := p.low(0)
+	switch kind {
+	case nsGitHubAPI:
+		switch string(first) {
+		case "repos":
+			return 1, 3
+		case "users", "orgs":
+			return 1, 2
+		}
+		return 0, 0
+	case nsHF:
+		if string(first) == "datasets" || string(first) == "spaces" {
+			return 1, 3
+		}
+	}
+	// A first segment that is a site route (or looks like one) is no owner.
+	var s pgSignals
+	if pgWords[string(first)].flags&wNoSkip != 0 || s.segment(p.orig(0), first, true, true, false) {
+		return 0, 0
+	}
+	if i := p.index("-"); i > 0 {
+		return 0, i // GitLab: the namespace path ends at "/-/"
+	}
+	return 0, 2
+}
+
+// walk records the words of every segment that can speak for the page.
+func (s *pgSignals) walk(p *pgPath, host string, safe bool) {
+	n := len(p.segs)
+	if n == 0 {
+		return
+	}
+	last := n - 1
+	skipLo, skipHi := p.names(host)
+	// A static asset named login.css is not a login page.
+	static := safe && pgHasSuffixAny(p.low(last), pgStaticExts)
+	guarded := false
+	for i := 0; i < n; i++ {
+		low := p.low(i)
+		relaxed := p.weird
+		if guarded {
+			if !pgHasPrefix(low, "special:") {
+				continue // MediaWiki: /wiki/Special:UserLogin is a function page
+			}
+			relaxed = true
+		}
+		if i == last {
+			s.graphql = string(low) == "graphql"
+		}
+		if i >= skipLo && i < skipHi || i == last && static {
+			continue
+		}
+		if !p.weird && i < last {
+			w := pgWords[string(low)]
+			guarded = guarded || w.flags&wGuard != 0 ||
+				i == 0 && pgHostGuards[host] == string(low) || // pypi.org/project/flask-login/
+				string(low) == "comments" || // reddit /comments/<id>/<slug>
+				string(low) == "questions" && pgDigit(p.low(i + 1)[0]) // /questions/<id>/<slug>, not /questions/ask
+		}
+		switch {
+		case string(low) == "new" && i > 0 && pgNewAfter[string(p.low(i-1))]:
+			pgSet(&s.compose, "path:new")
+		case string(low) == "edit" && i > 0 && (string(p.low(i-1)) == "users" || string(p.low(i-1)) == "profile"):
+			pgSet(&s.admin, "path:edit")
+		case string(low) == "code" && i == last && i > 0 && string(p.low(i-1)) == "device":
+			pgSet(&s.oauth, "path:device/code")
+		case pgHasPrefix(low, "oauth."):
+			pgSet(&s.oauth, "path:oauth.") // Slack's oauth.v2.access
+		}
+		s.segment(p.orig(i), low, relaxed || i < 2 || i == last, relaxed || i == last, safe)
+	}
+}
+
+var pgNewAfter = map[string]bool{"issues": true, "pulls": true, "pull": true, "merge_requests": true,
+	"discussions": true, "questions": true, "topics": true, "threads": true, "posts": true, "releases": true}
+
+func pgDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+var pgStaticExts = []string{".js", ".mjs", ".css", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico",
+	".webp", ".avif", ".woff", ".woff2", ".ttf", ".map"}
+
+func pgHasSuffixAny(b []byte, suffixes []string) bool {
+	for _, e := range suffixes {
+		if len(b) > len(e) && pgHasSuffix(b, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func pgHasPrefix(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }
+
+func pgHasSuffix(b []byte, s string) bool { return len(b) >= len(s) && string(b[len(b)-len(s):]) == s }
+
+// segment looks up one segment whole, squashed (separators dropped: sign_in
+// is signin) and word by word, and records what fired. positional: the
+// segment is one where login words count; last: it is the last segment. It
+// reports whether any word fired.
+func (s *pgSignals) segment(orig, low []byte, positional, last, safe bool) bool {
+	fired := false
+	if w, ok := pgWords[string(low)]; ok {
+		if last && w.flags&wVerb != 0 {
+			pgSet(&s.compose, w.why) // /new, /submit, /answers/add
+		}
+		fired = s.add(w, positional, last, safe) || fired
+	}
+	var sq [32]byte
+	n, alnum := 0, true
+	for _, c := range low {
+		if pgAlnum(c) {
+			if n < len(sq) {
+				sq[n] = c
+			}
+			n++
+		} else {
+			alnum = false
+		}
+	}
+	if !alnum && n <= len(sq) {
+		if w, ok := pgWords[string(sq[:n])]; ok {
+			fired = s.add(w, positional, last, safe) || fired
+		}
+	}
+	prevVerb := ""
+	for i := 0; i < len(orig); {
+		lo, hi, camel := pgNextWord(orig, i)
+		if lo == hi {
+			break
+		}
+		i = hi
+		if lo == 0 && hi == len(orig) {
+			break // one word: looked up whole above
+		}
+		w, ok := pgWords[string(low[lo:hi])]
+		if last && camel && prevVerb != "" {
+			pgSet(&s.compose, prevVerb) // postMessage, CreateIssue!default.jspa
+			fired = true
+		}
+		prevVerb = ""
+		if !ok {
+			continue
+		}
+		if w.flags&wVerb != 0 {
+			prevVerb = w.why
+		}
+		fired = s.add(w, positional, last, safe) || fired
+	}
+	return fired
+}
+
+func (s *pgSignals) add(w pgWord, positional, last, safe bool) bool {
+	f, why := w.flags, w.why
+	before := *s
+	if f&wPayment != 0 {
+		pgSet(&s.payment, why)
+	}
+	if f&wOAuthMark != 0 {
+		s.oauthMark = true
+	}
+	if last && f&wOAuthEnd != 0 {
+		pgSet(&s.oauthEnd, why)
+	}
+	if last && f&wOAuthSelf != 0 {
+		pgSet(&s.oauth, why)
+	}
+	if positional && f&wLogin != 0 {
+		pgSet(&s.login, why)
+	}
+	if !safe && f&wCred != 0 {
+		pgSet(&s.cred, why)
+	}
+	if !safe && f&wUpload != 0 {
+		pgSet(&s.upload, why)
+	}
+	if positional && f&wUploadPage != 0 {
+		pgSet(&s.uploadPage, why)
+	}
+	if !safe && f&wPublish != 0 {
+		pgSet(&s.publish, why)
+	}
+	if f&wCompose != 0 {
+		pgSet(&s.compose, why)
+	}
+	if !safe && f&wPostWrite != 0 {
+		pgSet(&s.postWrite, why)
+	}
+	if f&wAdmin != 0 {
+		pgSet(&s.admin, why)
+	}
+	if !safe && f&wAdminWrite != 0 {
+		pgSet(&s.adminWrite, why)
+	}
+	if f&wSearch != 0 {
+		s.search = true
+	}
+	return *s != before
+}
+
+func pgAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+func pgUpper(c byte) bool  { return 'A' <= c && c <= 'Z' }
+func pgLowerC(c byte) bool { return 'a' <= c && c <= 'z' }
+
+// pgNextWord returns the next word of seg at or after i: a run of letters
+// and digits, split again at camelCase boundaries (postMessage → post,
+// Message; URLExternal → URL, External). camel reports that the word began
+// at such a boundary.
+func pgNextWord(seg []byte, i int) (lo, hi int, camel bool) {
+	for i < len(seg) && !pgAlnum(seg[i]) {
+		i++
+	}
+	lo = i
+	if i < len(seg) && i > 0 && pgAlnum(seg[i-1]) {
+		camel = true // continuing after a camelCase split
+	}
+	for i++; i < len(seg) && pgAlnum(seg[i]); i++ {
+		c, prev := seg[i], seg[i-1]
+		if pgUpper(c) && pgLowerC(prev) ||
+			pgUpper(c) && pgUpper(prev) && i+1 < len(seg) && pgLowerC(seg[i+1]) {
+			break
+		}
+	}
+	if lo >= len(seg) {
+		return len(seg), len(seg), false
+	}
+	return lo, min(i, len(seg)), camel
+}
+
+// pgQuery holds what ClassifyPage reads of a query string.
+type pgQuery struct {
+	clientID, responseType, redirectURI, grantType bool
+	receivePack, uploadPack, writeTrue, scopeWrite bool
+	text, mutation                                 bool
+	login, upload, posting                         string
+	special                                        [96]byte // title=Special:… name, for MediaWiki's index.php
+	specialN                                       int
+}
+
+// scan reads the query's parameters; both '&' and ';' separate them, as
+// some servers split on either. Keys and values are decoded until stable
+// and lower-cased, so escapes cannot hide a parameter.
+func (q *pgQuery) scan(raw string) {
+	for raw != "" {
+		var pair string
+		if i := strings.IndexAny(raw, "&;"); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			pair, raw = raw, ""
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		var kb [64]byte
+		key, ok := pgDecode(kb[:0], k)
+		if !ok {
+			continue // longer than any key we know
+		}
+		if pgHasPrefix(key, "entry.") {
+			pgSet(&q.posting, "query:entry") // Google Forms formResponse?entry.N=…
+			continue
+		}
+		kind := pgQueryKeys[string(key)]
+		if kind == 0 {
+			continue
+		}
+		var vb [256]byte
+		val, whole := pgDecode(vb[:0], v)
+		switch kind {
+		case qClientID:
+			q.clientID = true
+		case qResponseType:
+			q.responseType = true
+		case qRedirectURI:
+			q.redirectURI = true
+		case qGrantType:
+			q.grantType = true
+		case qService:
+			q.receivePack = q.receivePack || string(val) == "git-receive-pack"
+			q.uploadPack = q.uploadPack || string(val) == "git-upload-pack"
+		case qWrite:
+			q.writeTrue = q.writeTrue || string(val) == "true"
+		case qScope:
+			// Registry tokens: repository:x:pull,push. A scope too long to read is a write.
+			q.scopeWrite = q.scopeWrite || !whole || bytes.Contains(val, []byte("push")) ||
+				bytes.Contains(val, []byte("delete")) || bytes.IndexByte(val, '*') >= 0
+		case qAction:
+			if a, ok := pgQueryActions[string(val)]; ok && whole {
+				switch a.page {
+				case PageLogin:
+					pgSet(&q.login, a.why)
+				case PageUpload:
+					pgSet(&q.upload, a.why)
+				default:
+					pgSet(&q.posting, a.why)
+				}
+			}
+		case qMethod:
+			if string(val) != "get" && string(val) != "head" {
+				pgSet(&q.posting, "query:_method") // Rails/Laravel method override
+			}
+		case qWriteArg:
+			pgSet(&q.posting, pgQueryKeyWhy[string(key)])
+		case qText:
+			q.text = true
+		case qQuery:
+			q.mutation = q.mutation || pgHasMutation(v)
+		case qTitle:
+			if name, ok := bytes.CutPrefix(val, []byte("special:")); ok && q.specialN == 0 {
+				q.specialN = copy(q.special[:], name)
+			}
+		}
+	}
+}
+
+// Query parameters ClassifyPage reads.
+const (
+	qClientID = 1 + iota
+	qResponseType
+	qRedirectURI
+	qGrantType
+	qService
+	qWrite
+	qScope
+	qAction
+	qMethod
+	qWriteArg
+	qText
+	qQuery
+	qTitle
+)
+
+var pgQueryKeys = map[string]int{
+	"client_id": qClientID, "response_type": qResponseType, "redirect_uri": qRedirectURI,
+	"grant_type": qGrantType, "service": qService, "write": qWrite, "scope": qScope,
+	"action": qAction, "mode": qAction, "_method": qMethod, "text": qText, "query": qQuery, "title": qTitle,
+	// Arguments that carry content: a GET with them writes (share and post links).
+	"body": qWriteArg, "message": qWriteArg, "msg": qWriteArg, "comment": qWriteArg, "content": qWriteArg,
+	"submit": qWriteArg,
+}
+
+var pgQueryKeyWhy = map[string]string{"body": "query:body", "message": "query:message", "msg": "query:msg",
+	"comment": "query:comment", "content": "query:content", "submit": "query:submit"}
+
+var pgQueryActions = func() map[string]struct {
+	page PageType
+	why  string
+} {
+	m := map[string]struct {
+		page PageType
+		why  string
+	}{}
+	add := func(t PageType, vals ...string) {
+		for _, v := range vals {
+			m[v] = struct {
+				page PageType
+				why  string
+			}{t, "query:action=" + v}
+		}
+	}
+	// MediaWiki index.php/api.php actions, phpBB posting.php modes.
+	add(PagePosting, "edit", "submit", "delete", "protect", "unprotect", "move", "rollback", "revert",
+		"post", "reply", "quote", "newtopic", "create", "new", "save", "update", "remove", "add")
+	add(PageLogin, "login", "clientlogin", "logout", "createaccount", "register", "signup")
+	add(PageUpload, "upload")
+	return m
+}()
+
+// pgDecode percent-decodes s ('+' is a space) into dst until stable, lower
+// case. ok is false when the result did not fit; dst then holds a prefix.
+func pgDecode(dst []byte, s string) (out []byte, ok bool) {
+	ok = true
+	for i := 0; i < len(s); i++ {
+		if len(dst) == cap(dst) {
+			ok = false
+			break
+		}
+		c := s[i]
+		switch {
+		case c == '+':
+			c = ' '
+		case c == '%' && i+2 < len(s) && pgHex(s[i+1]) >= 0 && pgHex(s[i+2]) >= 0:
+			c = byte(pgHex(s[i+1])<<4 | pgHex(s[i+2]))
+			i += 2
+		}
+		dst = append(dst, c)
+	}
+	for range pgMaxDecode {
+		var changed bool
+		if dst, changed, _ = pgUnescape(dst); !changed {
+			break
+		}
+	}
+	for i, c := range dst {
+		if 'A' <= c && c <= 'Z' {
+			dst[i] = c + 'a' - 'A'
+		}
+	}
+	return dst, ok
+}
+
+// pgHasMutation reports whether a GraphQL query parameter names a mutation,
+// however long it is (decoded once, case-insensitive).
+func pgHasMutation(v string) bool {
+	const word = "mutation"
+	m := 0
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '+':
+			c = ' '
+		case c == '%' && i+2 < len(v) && pgHex(v[i+1]) >= 0 && pgHex(v[i+2]) >= 0:
+			c = byte(pgHex(v[i+1])<<4 | pgHex(v[i+2]))
+			i += 2
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		switch {
+		case c == word[m]:
+			m++
+			if m == len(word) {
+				return true
+			}
+		case c == word[0]:
+			m = 1 // "mutation" repeats no prefix but its first letter
+		default:
+			m = 0
+		}
+	}
+	return false
+}

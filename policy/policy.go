@@ -1,0 +1,146 @@
+package policy
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Policy is a compiled config: immutable once Parse returns it, safe for
+// concurrent use, and never parses strings on the request path. Reload
+// builds a new Policy and swaps the pointer.
+type Policy struct {
+	Source     string // file name the policy came from
+	Listen     Listen
+	Resolver   Resolver
+	UpstreamCA string // PEM file of extra roots for upstream TLS (tests); empty = system roots only
+	Sandbox    Sandbox
+	Selftest   Selftest
+	Limits     Limits
+	Identities []Identity
+	Rules      []*Rule
+
+	// host index: exact names and wildcard suffixes to the rules naming them,
+	// in rule order. A value >= 0 is one rule index; a value < 0 is
+	// -(k+1), an index into multi, for keys named by several rules.
+	exact    map[string]int32
+	suffix   map[string]int32
+	multi    [][]int32
+	star     []int32 // rules with hosts: ["*"]
+	cidrRule []int32 // rules with cidrs
+	maxDepth int     // most labels in any suffix key, bounds the suffix walk
+
+	denyExact  map[string]struct{}
+	denySuffix map[string]struct{}
+	denyCIDRs  []netip.Prefix
+}
+
+// Listen holds the listen addresses ("host:port"); empty means off.
+type Listen struct {
+	Proxy       string
+	DNS         string
+	Admin       string
+	Transparent string
+}
+
+// Resolver lists the DNS servers the proxy and DNS filter forward to; empty
+// means the system resolver (pure Go).
+type Resolver struct {
+	Upstreams []netip.AddrPort
+}
+
+// Sandbox says how sandboxes are recognised and wired.
+type Sandbox struct {
+	InterfacePrefix string       // gateway-side interface name prefix of sandbox links
+	Pool4           netip.Prefix // addresses for sandbox links
+	Pool6           netip.Prefix
+	UIDs            []uint32       // local users whose traffic is walled
+	CIDRs           []netip.Prefix // sandbox source addresses (container networks)
+}
+
+// Selftest lists the probe targets: each must stay unreachable directly,
+// except ExpectReachable, which must work through the proxy.
+type Selftest struct {
+	Interval        time.Duration
+	Timeout         time.Duration
+	TCP             []netip.AddrPort
+	UDP             []netip.AddrPort
+	IPv6            []netip.AddrPort
+	Resolvers       []netip.AddrPort
+	CanaryName      string
+	CanaryURL       string
+	CanaryLog       string
+	Metadata        []netip.Addr
+	ExpectReachable []string
+	Webhook         string
+}
+
+// Limits bound what one client can make the proxy do.
+type Limits struct {
+	ConnsPerIdentity int
+	HeaderBytes      int
+	IdleTimeout      time.Duration
+	DialTimeout      time.Duration
+	MirrorBodyBytes  int64
+	DNSQueriesPerSec int
+}
+
+// Identity names a client by source CIDRs or proxy user name.
+type Identity struct {
+	Name  string
+	CIDRs []netip.Prefix
+	User  string
+}
+
+// Rule is one compiled allow rule.
+type Rule struct {
+	Name     string
+	Index    int
+	Hosts    []string // normalized patterns, for display
+	ports    []portRange
+	CIDRs    []netip.Prefix
+	Pages    PageSet
+	AllPages bool // pages: ["*"]: no page-type check
+	Methods  []string
+	Paths    []string // patterns; a trailing '*' matches any rest
+	Mirror   Mirror
+	MirrorOp MirrorOptions
+	TLS      bool // false: raw TCP tunnel, no ClientHello expected
+}
+
+type portRange struct{ lo, hi uint16 }
+
+// AllowsPort reports whether the rule covers port.
+func (r *Rule) AllowsPort(port uint16) bool {
+	for _, pr := range r.ports {
+		if pr.lo <= port && port <= pr.hi {
+			return true
+		}
+	}
+	return false
+}
+
+// HostOnly reports whether the rule decides on host and port alone, so a
+// CONNECT under it is spliced rather than inspected.
+func (r *Rule) HostOnly() bool {
+	return r.Mirror == MirrorNone && r.AllPages && len(r.Methods) == 0 && len(r.Paths) == 0
+}
+
+// Identity returns the name of the identity a client is, by proxy user name
+// first, then by source address; "" when none matches.
+func (p *Policy) Identity(src netip.Addr, user string) string {
+	src = src.Unmap()
+	for i := range p.Identities {
+		id := &p.Identities[i]
+		if user != "" && id.User == user {
+			return id.Name
+		}
+	}
+	for i := range p.Identities {
+		for _, c := range p.Identities[i].CIDRs {
+			if c.Contains(src) {
+				return p.Identities[i].Name
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// helloTimeout bounds how long a client may take to send its ClientHello
+// after the tunnel is up.
+const helloTimeout = 10 * time.Second
+
+var errSNIMismatch = errors.New("TLS SNI does not name the CONNECT host")
+
+// onConnect decides a CONNECT: deny with a status, splice a host-only rule
+// after the SNI check, or inspect (terminate TLS with egressd's CA).
+func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+	r := ctx.Req
+	rq, _ := r.Context().Value(keyDecision).(*request)
+	if rq == nil {
+		rq = &request{start: time.Now(), method: r.Method}
+		ctx.Resp = x.deny(r, rq, http.StatusForbidden, "internal", "", "CONNECT without proxy state")
+		return goproxy.RejectConnect, host
+	}
+	t, err := policy.ParseAuthority(r.RequestURI)
+	if err != nil {
+		ctx.Resp = x.deny(r, rq, http.StatusForbidden, policy.ReasonBadTarget.String(), "", err.Error())
+		return goproxy.RejectConnect, host
+	}
+	rq.target = t
+	p := x.Policy()
+	rq.d = p.DecideTarget(&t)
+	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
+	if !rq.d.Allow {
+		ctx.Resp = x.denyDecision(r, rq)
+		return goproxy.RejectConnect, host
+	}
+	if rq.d.Inspect {
+		if x.ca == nil {
+			ctx.Resp = x.deny(r, rq, http.StatusForbidden, "inspection-unavailable", rq.d.RuleName(), "this rule needs TLS inspection and egressd has no CA")
+			return goproxy.RejectConnect, host
+		}
+		x.holdTunnel(r, rq, true)
+		ctx.UserData = rq
+		x.logDecision(r.Context(), rq, http.StatusOK, "tunnel inspected", 0, 0)
+		return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: x.mitmTLS(rq)}, host
+	}
+	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+		x.splice(req, client, rq, p)
+	}}, host
+}
+
+// holdTunnel ties a tunnel to its client connection: the identity's
+// connection slot is released and the tunnel forgotten only when the
+// connection closes, and a quarantine can close it at once.
+func (x *Proxy) holdTunnel(r *http.Request, rq *request, takeSlot bool) {
+	sc, _ := r.Context().Value(keyConn).(*scanConn)
+	if sc == nil {
+		return
+	}
+	release := func() {}
+	if takeSlot {
+		// an inspected tunnel outlives ServeHTTP, so it holds a slot of its own
+		release, _ = x.ids.acquire(rq.identity, 0)
+	}
+	x.m.tunnels.Inc()
+	x.ids.addTunnel(rq.identity, sc)
+	sc.setOnClose(func() {
+		x.ids.removeTunnel(rq.identity, sc)
+		x.m.tunnels.Dec()
+		release()
+	})
+}
+
+// mitmTLS returns the TLS config for the client side of an inspected
+// tunnel; the handshake fails unless the SNI names the CONNECT host.
+func (x *Proxy) mitmTLS(rq *request) func(string, *goproxy.ProxyCtx) (*tls.Config, error) {
+	return func(string, *goproxy.ProxyCtx) (*tls.Config, error) {
+		base, err := x.ca.ServerConfig(rq.target.Host())
+		if err != nil {
+			return nil, fmt.Errorf("issue certificate for %s: %w", rq.target.Host(), err)
+		}
+		cfg := base.Clone()
+		cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			if !sniMatches(&rq.target, h.ServerName) {
+				x.logDecisionReason(context.Background(), rq, 0, "sni-mismatch", fmt.Sprintf("SNI %q in a tunnel to %s", h.ServerName, rq.target.Host()), 0, 0)
+				return nil, errSNIMismatch
+			}
+			return nil, nil
+		}
+		return cfg, nil
+	}
+}
+
+// sniMatches: a CONNECT to a name needs SNI equal to that name; a CONNECT
+// to an address needs no SNI or the address itself. Anything else is
+// domain fronting.
+func sniMatches(t *policy.Target, sni string) bool {
+	if t.Addr.IsValid() {
+		return sni == "" || strings.EqualFold(sni, t.Addr.String())
+	}
+	if sni == "" {
+		return false
+	}
+	name, addr, err := policy.NormalizeHost(sni)
+	return err == nil && !addr.IsValid() && name == t.Name
+}
+
+// splice runs a host-only tunnel: dial first (so failures get a proper
+// status), answer 200, check the ClientHello's SNI, replay it upstream and
+// copy both ways. Between two TCP sockets io.Copy uses splice(2).
+func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *policy.Policy) {
+	defer client.Close()
+	up, _, err := x.dialer.dial(req.Context(), p, &rq.d, rq.target.Port)
+	if err != nil {
+		status, reason := statusFor(err)
+		var de *DenyError
+		detail := err.Error()
+		if errors.As(err, &de) {
+			rq.d.HighRisk = de.HighRisk
+			detail = de.Detail
+		}
+		resp := x.deny(req, rq, status, reason, rq.d.RuleName(), detail)
+		resp.Close = true
+		resp.Write(client)
+		return
+	}
+	defer up.Close()
+	sc, _ := client.(*scanConn)
+	if sc != nil {
+		x.holdTunnel(req, rq, false) // splice runs inside ServeHTTP, which holds the slot
+	}
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	var pre []byte
+	if rq.d.Rule.TLS {
+		hello, raw, err := peekClientHello(client, helloTimeout)
+		switch {
+		case errors.Is(err, ErrNotTLS):
+			x.logDecisionReason(req.Context(), rq, 0, "not-tls", "rule expects TLS; declare tls: false for raw TCP", 0, 0)
+			return
+		case err != nil:
+			x.logDecisionReason(req.Context(), rq, 0, "no-client-hello", err.Error(), 0, 0)
+			return
+		case !sniMatches(&rq.target, hello.ServerName):
+			rq.d.Allow = false
+			x.logDecisionReason(req.Context(), rq, 0, "sni-mismatch", fmt.Sprintf("SNI %q in a tunnel to %s", hello.ServerName, rq.target.Host()), 0, 0)
+			return
+		}
+		pre = raw
+	}
+	if len(pre) > 0 {
+		if _, err := up.Write(pre); err != nil {
+			return
+		}
+	}
+	var src net.Conn = client
+	if sc != nil {
+		src = sc.Conn // the raw TCP socket, so copies can splice
+	}
+	out, in := pipe(src, up)
+	out += int64(len(pre))
+	x.m.bytes.WithLabelValues("out").Add(float64(out))
+	x.m.bytes.WithLabelValues("in").Add(float64(in))
+	x.logDecision(req.Context(), rq, http.StatusOK, "tunnel", in, out)
+}
+
+// pipe copies both ways until both directions end, half-closing as each
+// side finishes, and returns the byte counts (client→upstream, back).
+func pipe(client, up net.Conn) (out, in int64) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		out, _ = io.Copy(up, client)
+		closeWrite(up)
+	}()
+	in, _ = io.Copy(client, up)
+	closeWrite(client)
+	wg.Wait()
+	return out, in
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		c.Close()
+	}
+}

@@ -1,0 +1,113 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// DenyError is a refusal at dial time: every address the name resolved to
+// failed the address check (or one was high-risk). The client gets a 403,
+// not a 5xx: this is policy, not an outage.
+type DenyError struct {
+	Reason   string // X-Egressd-Deny value
+	Detail   string
+	HighRisk bool
+	Addr     netip.Addr // the address that was refused
+}
+
+func (e *DenyError) Error() string {
+	return fmt.Sprintf("dial refused: %s: %s", e.Reason, e.Detail)
+}
+
+// reasonProxyLoop is the deny reason for a target that is egressd itself.
+const reasonProxyLoop = "proxy-loop"
+
+// checkedDialer resolves a decided target, checks every answer against the
+// policy, and connects to a checked address itself, so the address checked
+// is the address reached (no second lookup, no rebinding window).
+type checkedDialer struct {
+	res     *Resolver
+	timeout time.Duration
+	// self reports whether an address is one of egressd's own listeners.
+	self func(netip.AddrPort) bool
+	// control runs on each upstream socket before connect (tests use it
+	// for a namespace guard); nil means none.
+	control func(network, address string, c syscall.RawConn) error
+}
+
+// dial connects to the target of an allowed decision on port.
+func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.Decision, port uint16) (net.Conn, netip.AddrPort, error) {
+	var addrs []netip.Addr
+	if d.Addr.IsValid() {
+		addrs = []netip.Addr{d.Addr.Unmap()}
+	} else {
+		var err error
+		if addrs, err = x.res.Lookup(ctx, d.Host); err != nil {
+			return nil, netip.AddrPort{}, err
+		}
+	}
+	good := make([]netip.AddrPort, 0, len(addrs))
+	var refused *DenyError
+	for _, a := range addrs {
+		ap := netip.AddrPortFrom(a, port)
+		ok, info := p.CheckAddr(d.Rule, a)
+		switch {
+		case info.Class == policy.ClassHighRisk:
+			// A name that resolves to a metadata address is an attack
+			// (rebinding) or a trap: refuse the whole target, not just
+			// that answer.
+			return nil, netip.AddrPort{}, &DenyError{Reason: policy.ReasonHighRisk.String(), Detail: fmt.Sprintf("%s resolved to %s (high-risk)", d.Host, a), HighRisk: true, Addr: a}
+		case !ok:
+			if refused == nil {
+				refused = &DenyError{Reason: policy.ReasonSpecialAddr.String(), Detail: fmt.Sprintf("%s resolved to %s (%s)", d.Host, a, info.Class), Addr: a}
+			}
+		case x.self != nil && x.self(ap):
+			if refused == nil {
+				refused = &DenyError{Reason: reasonProxyLoop, Detail: fmt.Sprintf("%s is egressd itself", ap), Addr: a}
+			}
+		default:
+			good = append(good, ap)
+		}
+	}
+	if len(good) == 0 {
+		if refused == nil {
+			return nil, netip.AddrPort{}, fmt.Errorf("resolve %s: %w", d.Host, ErrNoAddress)
+		}
+		return nil, netip.AddrPort{}, refused
+	}
+	nd := net.Dialer{Timeout: x.timeout, Control: x.control}
+	var errs []error
+	for _, ap := range good {
+		c, err := nd.DialContext(ctx, "tcp", ap.String())
+		if err == nil {
+			return c, ap, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, netip.AddrPort{}, errors.Join(errs...)
+}
+
+// statusFor maps a dial or upstream error to the status the client gets:
+// 403 for a policy refusal, 504 for a timeout, 502 for anything else.
+func statusFor(err error) (int, string) {
+	var de *DenyError
+	var ne net.Error
+	switch {
+	case errors.As(err, &de):
+		return 403, de.Reason
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return 504, "upstream-timeout"
+	default:
+		return 502, "upstream-unreachable"
+	}
+}

@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// headInfo is what net/http hides from handlers about one request head: it
+// drops Content-Length when Transfer-Encoding is present and deletes the
+// Host header of absolute-form requests. Both are smuggling signals.
+type headInfo struct {
+	bad      string // non-empty: why the head is refused with 400
+	host     string // Host header value
+	hostSeen bool
+}
+
+// scanConn watches the bytes net/http reads from a client connection and
+// records, per request head, the header facts the handler needs. It follows
+// HTTP/1.1 message framing (Content-Length and chunked bodies) to find each
+// head; after a CONNECT head the connection is a tunnel and scanning stops.
+type scanConn struct {
+	net.Conn
+
+	mu      sync.Mutex
+	heads   []headInfo // parsed but not yet claimed by a handler
+	onClose func()
+
+	st        scanState
+	line      []byte // current head or chunk-size/trailer line, capped
+	bodyLeft  int64
+	headLimit int
+}
+
+type scanState uint8
+
+const (
+	stHead scanState = iota
+	stBody
+	stChunkSize
+	stChunkData
+	stChunkEnd
+	stTrailer
+	stDone // tunnel, upgrade, or lost framing: stop watching
+)
+
+func newScanConn(c net.Conn, headLimit int) *scanConn {
+	return &scanConn{Conn: c, headLimit: headLimit}
+}
+
+func (c *scanConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.mu.Lock()
+		c.scan(p[:n])
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// next returns the facts about the oldest unclaimed request head.
+func (c *scanConn) next() (headInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.heads) == 0 {
+		return headInfo{}, false
+	}
+	h := c.heads[0]
+	c.heads = c.heads[1:]
+	return h, true
+}
+
+func (c *scanConn) scan(b []byte) {
+	for len(b) > 0 && c.st != stDone {
+		switch c.st {
+		case stHead:
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				c.appendLine(b)
+				return
+			}
+			c.appendLine(b[:i+1])
+			b = b[i+1:]
+			if len(c.line) > c.headLimit {
+				c.st = stDone // net/http answers 431 and closes
+				return
+			}
+			if bytes.HasSuffix(c.line, []byte("\r\n\r\n")) || bytes.HasSuffix(c.line, []byte("\n\n")) {
+				c.endHead()
+			} else if len(bytes.TrimSpace(c.line)) == 0 {
+				c.line = c.line[:0] // blank lines before a request line are allowed
+			}
+		case stBody:
+			n := int64(len(b))
+			if n > c.bodyLeft {
+				n = c.bodyLeft
+			}
+			c.bodyLeft -= n
+			b = b[n:]
+			if c.bodyLeft == 0 {
+				c.st = stHead
+			}
+		case stChunkSize, stChunkEnd, stTrailer:
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				c.appendLine(b)
+				return
+			}
+			c.appendLine(b[:i+1])
+			b = b[i+1:]
+			c.endLine()
+		case stChunkData:
+			n := int64(len(b))
+			if n > c.bodyLeft {
+				n = c.bodyLeft
+			}
+			c.bodyLeft -= n
+			b = b[n:]
+			if c.bodyLeft == 0 {
+				c.st = stChunkEnd
+			}
+		}
+	}
+}
+
+func (c *scanConn) appendLine(b []byte) {
+	if len(c.line)+len(b) <= c.headLimit+4 {
+		c.line = append(c.line, b...)
+	} else {
+		c.line = append(c.line, b[:max(0, c.headLimit+4-len(c.line))]...)
+		c.line = append(c.line, 'x') // mark overflow
+	}
+}
+
+func (c *scanConn) endLine() {
+	line := bytes.TrimRight(c.line, "\r\n")
+	c.line = c.line[:0]
+	switch c.st {
+	case stChunkSize:
+		if i := bytes.IndexByte(line, ';'); i >= 0 {
+			line = line[:i]
+		}
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(line)), 16, 64)
+		if err != nil || n < 0 {
+			c.st = stDone // net/http rejects the body too
+			return
+		}
+		if n == 0 {
+			c.st = stTrailer
+			return
+		}
+		c.bodyLeft, c.st = n, stChunkData
+	case stChunkEnd:
+		c.st = stChunkSize
+	case stTrailer:
+		if len(line) == 0 {
+			c.st = stHead
+		}
+	}
+}
+
+// endHead records the facts of a complete head and sets up body framing.
+func (c *scanConn) endHead() {
+	head := c.line
+	c.line = nil
+	var h headInfo
+	lines := bytes.Split(head, []byte("\n"))
+	reqLine := bytes.TrimSpace(lines[0])
+	var cl, te int
+	var chunked bool
+	var length int64
+	for _, l := range lines[1:] {
+		l = bytes.TrimRight(l, "\r")
+		if len(l) == 0 {
+			continue
+		}
+		name, val, ok := bytes.Cut(l, []byte(":"))
+		if !ok {
+			continue
+		}
+		if len(name) > 0 && (name[len(name)-1] == ' ' || name[len(name)-1] == '\t') {
+			h.bad = "whitespace before colon in header"
+		}
+		val = bytes.TrimSpace(val)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			cl++
+			length, _ = strconv.ParseInt(string(val), 10, 64)
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			te++
+			chunked = bytes.EqualFold(lastToken(val), []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Host")):
+			if h.hostSeen {
+				h.bad = "more than one Host header"
+			}
+			h.hostSeen = true
+			h.host = string(val)
+		}
+	}
+	switch {
+	case cl > 0 && te > 0:
+		h.bad = "both Content-Length and Transfer-Encoding"
+	case te > 1:
+		h.bad = "more than one Transfer-Encoding header"
+	}
+	c.heads = append(c.heads, h)
+	switch {
+	case bytes.HasPrefix(reqLine, []byte("CONNECT ")):
+		c.st = stDone
+	case te > 0 && chunked:
+		c.st = stChunkSize
+	case te > 0:
+		c.st = stDone // not chunked: net/http refuses it
+	case cl > 0 && length > 0:
+		c.st, c.bodyLeft = stBody, length
+	default:
+		c.st = stHead
+	}
+}
+
+func lastToken(v []byte) []byte {
+	if i := bytes.LastIndexByte(v, ','); i >= 0 {
+		v = v[i+1:]
+	}
+	return bytes.TrimSpace(v)
+}
+
+// setOnClose registers f to run once when the connection closes.
+func (c *scanConn) setOnClose(f func()) {
+	c.mu.Lock()
+	c.onClose = f
+	c.mu.Unlock()
+}
+
+// Close closes the connection and runs the close hook once.
+func (c *scanConn) Close() error {
+	err := c.Conn.Close()
+	c.mu.Lock()
+	f := c.onClose
+	c.onClose = nil
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return err
+}

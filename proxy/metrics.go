@@ -1,0 +1,37 @@
+package proxy
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the proxy's Prometheus collectors (names in README).
+type metrics struct {
+	requests        *prometheus.CounterVec
+	highRisk        prometheus.Counter
+	bytes           *prometheus.CounterVec
+	tunnels         prometheus.Gauge
+	decisionLatency prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_requests_total", Help: "Proxy decisions by outcome, reason, page type and rule.",
+		}, []string{"decision", "reason", "page_type", "rule"}),
+		highRisk: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_high_risk_total", Help: "Requests to high-risk destinations (metadata, consoles, upload hosts), all denied.",
+		}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_bytes_total", Help: "Bytes relayed: out = client to upstream, in = upstream to client.",
+		}, []string{"direction"}),
+		tunnels: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressd_open_tunnels", Help: "CONNECT tunnels open now.",
+		}),
+		decisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "egressd_decision_seconds", Help: "Time from request to policy decision.",
+			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 0.1},
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency)
+	}
+	return m
+}

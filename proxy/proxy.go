@@ -1,0 +1,350 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/elazarl/goproxy"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// CertIssuer gives the TLS server config used to terminate an inspected
+// tunnel for host. It MUST NOT be goproxy's built-in CA, whose key is public.
+type CertIssuer interface {
+	ServerConfig(host string) (*tls.Config, error)
+}
+
+// Config wires a Proxy. Zero values are safe defaults except where noted.
+type Config struct {
+	Logger   *slog.Logger          // nil: discard
+	Registry prometheus.Registerer // nil: metrics are kept but not registered
+	CA       CertIssuer            // nil: inspected rules are denied (fail closed)
+	// UpstreamRoots verifies upstream TLS for inspected tunnels; nil means
+	// the system roots.
+	UpstreamRoots *x509.CertPool
+	// ResolverDial opens sockets to DNS upstreams; nil: net.Dialer.
+	ResolverDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Control runs on every upstream socket before connect; nil: none.
+	Control func(network, address string, c syscall.RawConn) error
+	// Ready gates service: while it returns false every request gets 503
+	// (the boot self-test has not passed). nil: always ready.
+	Ready func() bool
+}
+
+// Proxy is egressd's checkpoint: a goproxy server whose every decision
+// comes from the current policy and whose every dial is checked.
+type Proxy struct {
+	pol    atomic.Pointer[policy.Policy]
+	gp     *goproxy.ProxyHttpServer
+	tr     *http.Transport
+	dialer *checkedDialer
+	ca     CertIssuer
+	log    *slog.Logger
+	m      *metrics
+	ready  func() bool
+	ids    *tracker
+
+	mu      sync.Mutex
+	self    map[netip.AddrPort]bool
+	servers []*http.Server
+}
+
+type ctxKey int
+
+const (
+	keyConn ctxKey = iota
+	keyDecision
+)
+
+// New builds a Proxy enforcing p.
+func New(p *policy.Policy, cfg Config) *Proxy {
+	x := &Proxy{
+		ca:    cfg.CA,
+		log:   cfg.Logger,
+		m:     newMetrics(cfg.Registry),
+		ready: cfg.Ready,
+		ids:   newTracker(),
+		self:  map[netip.AddrPort]bool{},
+	}
+	if x.log == nil {
+		x.log = slog.New(slog.DiscardHandler)
+	}
+	x.pol.Store(p)
+	x.dialer = &checkedDialer{
+		res:     &Resolver{Upstreams: p.Resolver.Upstreams, Dial: cfg.ResolverDial},
+		timeout: p.Limits.DialTimeout,
+		self:    x.isSelf,
+		control: cfg.Control,
+	}
+	x.tr = &http.Transport{
+		Proxy:                 nil, // never chain through environment proxies
+		DialContext:           x.dialUpstream,
+		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     false,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   64, // Go's default of 2 throttles a proxy
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = log.New(io.Discard, "", 0)
+	gp.Tr = x.tr
+	gp.ConnectDial = nil // the default chains through HTTPS_PROXY
+	gp.ConnectDialWithReq = nil
+	gp.CertStore = nil
+	gp.KeepAcceptEncoding = true
+	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x.m.requests.WithLabelValues("deny", "not-proxy-request", "", "").Inc()
+		http.Error(w, "egressd: this is a forward proxy: send absolute-form requests (http://host/path) or CONNECT", http.StatusBadRequest)
+	})
+	gp.OnRequest().DoFunc(x.onRequest)
+	gp.OnRequest().HandleConnectFunc(x.onConnect)
+	x.gp = gp
+	return x
+}
+
+// SetPolicy swaps the policy for new requests and connections at once.
+func (x *Proxy) SetPolicy(p *policy.Policy) {
+	x.pol.Store(p)
+	x.dialer.res = &Resolver{Upstreams: p.Resolver.Upstreams, Dial: x.dialer.res.Dial}
+	x.dialer.timeout = p.Limits.DialTimeout
+	x.tr.CloseIdleConnections() // pooled upstreams were checked under the old policy
+}
+
+// Policy returns the policy in force.
+func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
+
+// Serve answers proxy requests on l until Shutdown.
+func (x *Proxy) Serve(l net.Listener) error {
+	p := x.Policy()
+	if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil {
+		x.mu.Lock()
+		x.self[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
+		x.mu.Unlock()
+	}
+	srv := &http.Server{
+		Handler:           x,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       p.Limits.IdleTimeout,
+		MaxHeaderBytes:    p.Limits.HeaderBytes,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, keyConn, c)
+		},
+	}
+	x.mu.Lock()
+	x.servers = append(x.servers, srv)
+	x.mu.Unlock()
+	return srv.Serve(&scanListener{Listener: l, headLimit: p.Limits.HeaderBytes})
+}
+
+// Shutdown stops accepting, closes open tunnels, and waits for requests.
+func (x *Proxy) Shutdown(ctx context.Context) error {
+	x.mu.Lock()
+	srvs := x.servers
+	x.mu.Unlock()
+	x.ids.closeAll()
+	var errs []error
+	for _, s := range srvs {
+		errs = append(errs, s.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+type scanListener struct {
+	net.Listener
+	headLimit int
+}
+
+func (l *scanListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newScanConn(c, l.headLimit), nil
+}
+
+// isSelf reports whether ap is one of egressd's own listeners (proxy loop).
+func (x *Proxy) isSelf(ap netip.AddrPort) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.self[ap] {
+		return true
+	}
+	for s := range x.self {
+		if s.Port() == ap.Port() && s.Addr().IsUnspecified() && (ap.Addr().IsLoopback() || isLocalAddr(ap.Addr())) {
+			return true
+		}
+	}
+	return false
+}
+
+func isLocalAddr(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // cannot tell: treat as self, fail closed
+	}
+	for _, ia := range addrs {
+		if pn, ok := ia.(*net.IPNet); ok {
+			if b, ok := netip.AddrFromSlice(pn.IP); ok && b.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// request is the per-request state carried through goproxy's context.
+type request struct {
+	start    time.Time
+	identity string
+	target   policy.Target
+	d        policy.Decision
+	method   string
+	path     string
+	// connect state for an inspected tunnel: inner requests must name the
+	// same host and port, and the TLS SNI must match.
+	tunnel *request
+	sni    string
+}
+
+// ServeHTTP runs the checks every request and CONNECT gets before goproxy
+// sees it: readiness, request hygiene, identity, quarantine and limits.
+func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sc, _ := r.Context().Value(keyConn).(*scanConn)
+	var head headInfo
+	if sc != nil {
+		head, _ = sc.next()
+	}
+	rq := &request{start: start, method: r.Method, identity: x.identify(r)}
+	if x.ready != nil && !x.ready() {
+		x.refuse(w, r, rq, http.StatusServiceUnavailable, "not-ready", "egressd is not ready: the self-test has not passed yet")
+		return
+	}
+	if head.bad != "" {
+		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
+		return
+	}
+	if r.Method != http.MethodConnect && head.hostSeen && r.URL.IsAbs() && !sameHostHeader(head.host, r.URL.Host, r.URL.Scheme) {
+		x.refuse(w, r, rq, http.StatusBadRequest, "host-mismatch", fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
+		return
+	}
+	if x.ids.quarantined(rq.identity) {
+		x.refuse(w, r, rq, http.StatusForbidden, "quarantine", "identity "+rq.identity+" is quarantined")
+		return
+	}
+	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
+	if !ok {
+		x.refuse(w, r, rq, http.StatusTooManyRequests, "conn-limit", "too many concurrent connections for identity "+orNone(rq.identity))
+		return
+	}
+	defer release()
+	r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
+	x.gp.ServeHTTP(w, r)
+}
+
+// sameHostHeader compares a Host header with the URL authority, treating
+// the scheme's default port as implied.
+func sameHostHeader(hdr, urlHost, scheme string) bool {
+	if strings.EqualFold(hdr, urlHost) {
+		return true
+	}
+	def := ":80"
+	if scheme == "https" {
+		def = ":443"
+	}
+	return strings.EqualFold(hdr+def, urlHost) || strings.EqualFold(hdr, urlHost+def)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// identify names the client: the Proxy-Authorization user (a label, not
+// authentication), else the identity whose cidrs hold the source address.
+func (x *Proxy) identify(r *http.Request) string {
+	user := ""
+	if h := r.Header.Get("Proxy-Authorization"); h != "" {
+		if b, ok := strings.CutPrefix(h, "Basic "); ok {
+			if raw, err := base64.StdEncoding.DecodeString(b); err == nil {
+				user, _, _ = strings.Cut(string(raw), ":")
+			}
+		}
+	}
+	src, _ := netip.ParseAddrPort(r.RemoteAddr)
+	if id := x.Policy().Identity(src.Addr(), user); id != "" {
+		return id
+	}
+	if user != "" {
+		return "user:" + user
+	}
+	if src.IsValid() {
+		return src.Addr().Unmap().String()
+	}
+	return ""
+}
+
+// refuse answers a request that never reached a decision rule (hygiene,
+// readiness, quarantine) and logs it.
+func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, status int, reason, detail string) {
+	w.Header().Set("X-Egressd-Deny", reason)
+	w.Header().Set("Connection", "close")
+	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
+	x.m.requests.WithLabelValues("deny", reason, "", "").Inc()
+	x.log.LogAttrs(r.Context(), slog.LevelWarn, "decision",
+		slog.String("identity", rq.identity), slog.String("method", r.Method),
+		slog.String("host", r.Host), slog.String("path", truncate(r.URL.Path, maxLogPath)),
+		slog.String("decision", "deny"), slog.String("reason", reason), slog.String("detail", detail),
+		slog.Int("status", status))
+}
+
+const maxLogPath = 200
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// denyResponse is the 403 (or other) a client gets for a decision.
+func denyResponse(r *http.Request, status int, reason, rule, detail, help string) *http.Response {
+	var b strings.Builder
+	fmt.Fprintf(&b, "egressd: denied: %s", reason)
+	if rule != "" {
+		fmt.Fprintf(&b, " (rule %s)", rule)
+	}
+	if detail != "" {
+		fmt.Fprintf(&b, ": %s", detail)
+	}
+	if help != "" {
+		fmt.Fprintf(&b, ": %s", help)
+	}
+	b.WriteByte('\n')
+	resp := goproxy.NewResponse(r, goproxy.ContentTypeText, status, b.String())
+	resp.Header.Set("X-Egressd-Deny", reason)
+	return resp
+}

@@ -1,0 +1,260 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// onRequest decides a plain absolute-form request, or a request inside an
+// inspected tunnel (ctx.UserData holds the tunnel's CONNECT state).
+func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	p := x.Policy()
+	var rq *request
+	if tun, ok := ctx.UserData.(*request); ok {
+		rq = &request{start: time.Now(), identity: tun.identity, method: r.Method, tunnel: tun}
+		if x.ready != nil && !x.ready() {
+			return r, x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", "", "the self-test has not passed yet")
+		}
+		if x.ids.quarantined(rq.identity) {
+			return r, x.deny(r, rq, http.StatusForbidden, "quarantine", "", "identity "+rq.identity+" is quarantined")
+		}
+		t, err := innerTarget(tun, r)
+		if err != nil {
+			return r, x.deny(r, rq, http.StatusBadRequest, "host-mismatch", "", err.Error())
+		}
+		rq.target = t
+	} else {
+		rq, _ = r.Context().Value(keyDecision).(*request)
+		if rq == nil { // not through ServeHTTP: refuse rather than guess
+			rq = &request{start: time.Now(), method: r.Method}
+			return r, x.deny(r, rq, http.StatusForbidden, "internal", "", "request without proxy state")
+		}
+		t, err := policy.ParseURL(r.RequestURI)
+		if err != nil {
+			return r, x.deny(r, rq, http.StatusForbidden, policy.ReasonBadTarget.String(), "", err.Error())
+		}
+		rq.target = t
+	}
+	rq.path = rq.target.Path
+	rq.d = p.DecideRequest(&rq.target, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
+	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
+	if !rq.d.Allow {
+		return r, x.denyDecision(r, rq)
+	}
+	if rq.d.Rule.Mirror != policy.MirrorNone {
+		if resp := x.checkMirrorBody(r, rq, p); resp != nil {
+			return r, resp
+		}
+	}
+	r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
+	ctx.RoundTripper = goproxy.RoundTripperFunc(x.roundTrip)
+	return r, nil
+}
+
+// innerTarget builds the target of a request inside an inspected tunnel and
+// checks that its Host names the tunnel's host and port: a request may not
+// use an allowed tunnel to reach another virtual host.
+func innerTarget(tun *request, r *http.Request) (policy.Target, error) {
+	t := tun.target
+	t.Scheme = "https"
+	uri := r.RequestURI
+	hostHdr := r.Host
+	if strings.Contains(uri, "://") {
+		u, err := policy.ParseURL(uri)
+		if err != nil {
+			return t, err
+		}
+		uri = u.Path
+		if u.Query != "" {
+			uri += "?" + u.Query
+		}
+		hostHdr = u.Host()
+		if u.Port != t.Port {
+			return t, fmt.Errorf("request names port %d inside a tunnel to port %d", u.Port, t.Port)
+		}
+	}
+	if !strings.HasPrefix(uri, "/") {
+		return t, fmt.Errorf("request target %.60q is not a path", uri)
+	}
+	h, port, err := policy.SplitHostPort(hostHdr, t.Port)
+	if err != nil {
+		return t, err
+	}
+	name, addr, err := policy.NormalizeHost(h)
+	if err != nil {
+		return t, err
+	}
+	if port != t.Port || name != t.Name || addr != t.Addr {
+		return t, fmt.Errorf("Host %q disagrees with the tunnel's %s:%d", hostHdr, t.Host(), t.Port)
+	}
+	t.Path, t.Query, _ = strings.Cut(uri, "?")
+	return t, nil
+}
+
+// checkMirrorBody enforces a mirror rule's body limits: no body at all
+// unless the grammar allowed a protocol read with a body, and then at most
+// BodyCap bytes that the grammar's body check accepts.
+func (x *Proxy) checkMirrorBody(r *http.Request, rq *request, p *policy.Policy) *http.Response {
+	hasBody := r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
+	if rq.d.BodyCap == 0 {
+		if hasBody {
+			return x.deny(r, rq, http.StatusForbidden, policy.ReasonMirror.String(), rq.d.RuleName(), "mirror rules take no request body here")
+		}
+		return nil
+	}
+	limit := min(rq.d.BodyCap, p.Limits.MirrorBodyBytes)
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	r.Body.Close()
+	switch {
+	case err != nil:
+		return x.deny(r, rq, http.StatusBadRequest, "bad-request", rq.d.RuleName(), "reading body: "+err.Error())
+	case int64(len(body)) > limit:
+		return x.deny(r, rq, http.StatusForbidden, policy.ReasonMirror.String(), rq.d.RuleName(), fmt.Sprintf("body over the %d-byte cap of a mirror read", limit))
+	}
+	if ok, why := p.CheckBody(&rq.d, &rq.target, r.Method, r.Header.Get("Content-Type"), body); !ok {
+		return x.deny(r, rq, http.StatusForbidden, policy.ReasonMirror.String(), rq.d.RuleName(), why)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
+	return nil
+}
+
+// dialUpstream is the transport's only dialer: it ignores the address the
+// transport asks for and dials the decided target through the checks.
+func (x *Proxy) dialUpstream(ctx context.Context, network, _ string) (net.Conn, error) {
+	rq, _ := ctx.Value(keyDecision).(*request)
+	if rq == nil || !rq.d.Allow {
+		return nil, &DenyError{Reason: "internal", Detail: "dial without an allow decision"}
+	}
+	c, _, err := x.dialer.dial(ctx, x.Policy(), &rq.d, rq.target.Port)
+	return c, err
+}
+
+// roundTrip sends an allowed request upstream and turns failures into the
+// statuses of the contract: 403 for a dial-time refusal, 504 for a timeout,
+// 502 for anything else. The decision is logged when the body is done.
+func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
+	rq, _ := r.Context().Value(keyDecision).(*request)
+	resp, err := x.tr.RoundTrip(r)
+	if err != nil {
+		status, reason := statusFor(err)
+		var de *DenyError
+		if errors.As(err, &de) {
+			rq.d.Allow, rq.d.HighRisk = false, de.HighRisk
+			return x.deny(r, rq, status, reason, rq.d.RuleName(), de.Detail), nil
+		}
+		return x.deny(r, rq, status, reason, rq.d.RuleName(), err.Error()), nil
+	}
+	out := max(r.ContentLength, 0)
+	resp.Body = &countingBody{ReadCloser: resp.Body, done: func(in int64) {
+		x.m.bytes.WithLabelValues("in").Add(float64(in))
+		x.m.bytes.WithLabelValues("out").Add(float64(out))
+		x.logDecision(r.Context(), rq, resp.StatusCode, "", in, out)
+	}}
+	return resp, nil
+}
+
+// countingBody counts response bytes and reports once, on Close.
+type countingBody struct {
+	io.ReadCloser
+	n    int64
+	once atomic.Bool
+	done func(int64)
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+func (b *countingBody) Close() error {
+	err := b.ReadCloser.Close()
+	if b.once.CompareAndSwap(false, true) {
+		b.done(b.n)
+	}
+	return err
+}
+
+// denyDecision answers a policy denial with 403 and its reason.
+func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
+	d := &rq.d
+	detail := d.Detail
+	if d.Reason == policy.ReasonPageType {
+		detail = fmt.Sprintf("page type %s (%s)", d.PageType, d.PageSignal)
+	}
+	help := d.Reason.Help()
+	if detail != "" {
+		help = detail + ": " + help
+	}
+	return x.deny(r, rq, http.StatusForbidden, d.Reason.String(), d.RuleName(), help)
+}
+
+// deny builds the refusal response and logs and counts the decision.
+func (x *Proxy) deny(r *http.Request, rq *request, status int, reason, rule, detail string) *http.Response {
+	rq.d.Allow = false
+	x.logDecisionReason(r.Context(), rq, status, reason, detail, 0, 0)
+	return denyResponse(r, status, reason, rule, detail, "")
+}
+
+func (x *Proxy) logDecision(ctx context.Context, rq *request, status int, detail string, in, out int64) {
+	x.logDecisionReason(ctx, rq, status, rq.d.Reason.String(), detail, in, out)
+}
+
+// logDecisionReason writes the one canonical line per decision and counts
+// it: allow at Info, deny at Warn (high-risk included, flagged), upstream
+// failures at Error.
+func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, reason, detail string, in, out int64) {
+	d := &rq.d
+	decision := "deny"
+	if d.Allow {
+		decision = "allow"
+	}
+	level := slog.LevelInfo
+	switch {
+	case status >= 500 && status != http.StatusServiceUnavailable:
+		level = slog.LevelError
+	case !d.Allow:
+		level = slog.LevelWarn
+	}
+	host := rq.target.Host()
+	if host == "" {
+		host = d.Host
+	}
+	x.log.LogAttrs(ctx, level, "decision",
+		slog.String("identity", rq.identity),
+		slog.String("method", rq.method),
+		slog.String("host", host),
+		slog.Int("port", int(rq.target.Port)),
+		slog.String("path", truncate(rq.target.Path, maxLogPath)),
+		slog.String("page_type", d.PageType.String()),
+		slog.String("rule", d.RuleName()),
+		slog.String("decision", decision),
+		slog.String("reason", reason),
+		slog.Bool("high_risk", d.HighRisk),
+		slog.Int("status", status),
+		slog.Int64("bytes_in", in),
+		slog.Int64("bytes_out", out),
+		slog.Int64("bytes", in+out),
+		slog.String("detail", detail),
+		slog.Bool("inspected", rq.tunnel != nil),
+	)
+	x.m.requests.WithLabelValues(decision, reason, d.PageType.String(), d.RuleName()).Inc()
+	if d.HighRisk {
+		x.m.highRisk.Inc()
+	}
+}
