@@ -91,6 +91,15 @@ var v6Blocks = []classBlock{
 	{pfx("fe80::/10"), ClassLinkLocal},
 	{pfx("fec0::/10"), ClassReserved}, // deprecated site-local
 	{pfx("ff00::/8"), ClassMulticast},
+	// Outside 2000::/3 nothing is assigned for global unicast (IANA IPv6
+	// Address Space): reserved, so a fuzzed 101::a9fe:a9fe is not "public".
+	{pfx("100::/8"), ClassReserved},
+	{pfx("200::/7"), ClassReserved},
+	{pfx("400::/6"), ClassReserved},
+	{pfx("800::/5"), ClassReserved},
+	{pfx("1000::/4"), ClassReserved},
+	{pfx("4000::/2"), ClassReserved},
+	{pfx("8000::/1"), ClassReserved},
 }
 
 func init() {

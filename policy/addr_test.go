@@ -94,12 +94,11 @@ func TestClassifyAddr(t *testing.T) {
 		{"2001:db9::", ClassPublic},
 		{"2001:200::", ClassPublic},
 		{"3fff::1", ClassDocumentation},
-		{"fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ClassPublic},
+		{"fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ClassReserved},
 		{"fc00::", ClassULA},
 		{"fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ClassULA},
 		{"fd00:ec2::254", ClassHighRisk},
 		{"fd00:ec2::255", ClassULA},
-		{"fe00::", ClassPublic},
 		{"fe80::", ClassLinkLocal},
 		{"febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ClassLinkLocal},
 		{"fec0::", ClassReserved},
@@ -107,6 +106,12 @@ func TestClassifyAddr(t *testing.T) {
 		{"ff02::1", ClassMulticast},
 		{"2606:4700:4700::1111", ClassPublic},
 		{"100::1", ClassReserved},
+		{"101::a9fe:a9fe", ClassReserved}, // found by FuzzDecide: unassigned space is not public
+		{"1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ClassReserved},
+		{"2000::", ClassPublic},
+		{"3fff:ffff::", ClassPublic},
+		{"4000::", ClassReserved},
+		{"fe00::1", ClassReserved},
 	}
 	for _, tt := range tests {
 		t.Run(tt.addr, func(t *testing.T) {

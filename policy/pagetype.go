@@ -27,6 +27,7 @@ type pgReadOnlyPOST struct {
 	Paths       []string // raw-path patterns: "*" is one segment, a leading "**" any prefix
 	ContentType string   // required media type; "" only with MaxBody 0 (no body)
 	MaxBody     int64    // Content-Length cap; an unknown (chunked) length never matches
+	QueryKeys   []string // the only query keys allowed, spelled raw; nil: no query
 	Page        PageType // PageRead or PageDownload
 }
 
@@ -45,7 +46,8 @@ var readOnlyPOSTs = []pgReadOnlyPOST{
 	{ID: "readpost:hf-paths-info", Host: "huggingface.co", Paths: []string{"/api/*/*/*/paths-info/*", "/api/*/*/paths-info/*"},
 		ContentType: "application/x-www-form-urlencoded", MaxBody: 256 << 10, Page: PageRead},
 	// Sonatype Central deployment status (?id=… in the query, no body).
-	{ID: "readpost:sonatype-status", Host: "central.sonatype.com", Paths: []string{"/api/v1/publisher/status"}, Page: PageRead},
+	{ID: "readpost:sonatype-status", Host: "central.sonatype.com", Paths: []string{"/api/v1/publisher/status"},
+		QueryKeys: []string{"id"}, Page: PageRead},
 }
 
 // ClassifyPage returns the page type of r and the id of the signal that
@@ -232,6 +234,9 @@ func pgReadOnly(r *Request) *pgReadOnlyPOST {
 		if e.ContentType != "" && !strings.EqualFold(pgMediaType(r.ContentType), e.ContentType) {
 			continue
 		}
+		if !pgQueryKeysIn(r.Query, e.QueryKeys) {
+			continue // no method override, no second meaning in the query
+		}
 		for _, pat := range e.Paths {
 			if pgMatch(pat, r.Path) {
 				return e
@@ -239,6 +244,28 @@ func pgReadOnly(r *Request) *pgReadOnlyPOST {
 		}
 	}
 	return nil
+}
+
+// pgQueryKeysIn reports whether every parameter of query has a key, spelled
+// raw, in keys.
+func pgQueryKeysIn(query string, keys []string) bool {
+	for query != "" {
+		var pair string
+		if i := strings.IndexAny(query, "&;"); i >= 0 {
+			pair, query = query[:i], query[i+1:]
+		} else {
+			pair, query = query, ""
+		}
+		k, _, _ := strings.Cut(pair, "=")
+		found := false
+		for _, key := range keys {
+			found = found || k == key
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // pgPlainPath reports whether path is absolute, uses only unreserved and
@@ -299,7 +326,7 @@ func pgKnownWrite(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, strin
 		strings.EqualFold(pgMediaType(r.ContentType), "application/x-git-receive-pack-request") {
 		return PagePublish, "known:git-receive-pack"
 	}
-	if !safe && p.index("lfs") > 0 && p.is(p.index("lfs")-1, "info") {
+	if i := p.index("lfs"); !safe && i > 0 && p.is(i-1, "info") {
 		return PageUpload, "known:git-lfs" // the batch body may say upload; we do not see it
 	}
 	if q.scopeWrite && p.is(last, "token") {
@@ -555,6 +582,9 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 			break
 		}
 	}
+	if bytes.Contains(p.b, []byte("%u")) || bytes.Contains(p.b, []byte("%U")) {
+		p.weird = true // IIS %uXXXX escapes
+	}
 	p.half = len(p.b)
 	for i := 0; i < p.half; i++ {
 		c := p.b[i]
@@ -607,7 +637,8 @@ func pgUnescape(b []byte) (out []byte, changed, sep bool) {
 			c = byte(pgHex(b[r+1])<<4 | pgHex(b[r+2]))
 			r += 2
 			changed = true
-			if c == '/' || c == '\\' || c == '.' || c == ';' || c < 0x20 || c == 0x7f {
+			// 0xC0 and 0xC1 start overlong UTF-8 ("%c0%ae" is '.' to old IIS).
+			if c == '/' || c == '\\' || c == '.' || c == ';' || c < 0x20 || c == 0x7f || c == 0xc0 || c == 0xc1 {
 				sep = true
 			}
 		}
@@ -754,10 +785,10 @@ func (p *pgPath) names(host string) (lo, hi int) {
 	first := p.low(0)
 	switch kind {
 	case nsGitHubAPI:
-		switch string(first) {
-		case "repos":
+		switch {
+		case string(first) == "repos":
 			return 1, 3
-		case "users", "orgs":
+		case string(first) == "users" || string(first) == "orgs":
 			return 1, 2
 		}
 		return 0, 0
@@ -768,7 +799,7 @@ func (p *pgPath) names(host string) (lo, hi int) {
 	}
 	// A first segment that is a site route (or looks like one) is no owner.
 	var s pgSignals
-	if pgWords[string(first)].flags&wNoSkip != 0 || s.segment(p.orig(0), first, true, true, false) {
+	if pgWords[string(first)].flags&(wNoSkip|wGuard) != 0 || s.segment(p.orig(0), first, true, true, false) {
 		return 0, 0
 	}
 	if i := p.index("-"); i > 0 {
@@ -800,7 +831,15 @@ func (s *pgSignals) walk(p *pgPath, host string, safe bool) {
 		if i == last {
 			s.graphql = string(low) == "graphql"
 		}
-		if i >= skipLo && i < skipHi || i == last && static {
+		if i >= skipLo && i < skipHi {
+			// On the web hubs, a repository named exactly "signup" is rarer
+			// than a site route that looks like /<product>/signup.
+			if w := pgWords[string(low)]; skipLo == 0 && w.flags&wLogin != 0 {
+				pgSet(&s.login, w.why)
+			}
+			continue
+		}
+		if i == last && static {
 			continue
 		}
 		if !p.weird && i < last {
@@ -953,8 +992,8 @@ func pgAlnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
-func pgUpper(c byte) bool  { return 'A' <= c && c <= 'Z' }
-func pgLowerC(c byte) bool { return 'a' <= c && c <= 'z' }
+func pgIsUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
+func pgIsLower(c byte) bool { return 'a' <= c && c <= 'z' }
 
 // pgNextWord returns the next word of seg at or after i: a run of letters
 // and digits, split again at camelCase boundaries (postMessage → post,
@@ -970,8 +1009,8 @@ func pgNextWord(seg []byte, i int) (lo, hi int, camel bool) {
 	}
 	for i++; i < len(seg) && pgAlnum(seg[i]); i++ {
 		c, prev := seg[i], seg[i-1]
-		if pgUpper(c) && pgLowerC(prev) ||
-			pgUpper(c) && pgUpper(prev) && i+1 < len(seg) && pgLowerC(seg[i+1]) {
+		if pgIsUpper(c) && pgIsLower(prev) ||
+			pgIsUpper(c) && pgIsUpper(prev) && i+1 < len(seg) && pgIsLower(seg[i+1]) {
 			break
 		}
 	}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -151,6 +152,10 @@ var pageCases = []pageCase{
 	{"POST", "https://jira.example.com/rest/api/2/search/../../2/issue", ctJSON, 200, PagePosting},
 	{"POST", "https://jira.example.com/rest/api/2/%73earch", ctJSON, 200, PagePosting},
 	{"PUT", "https://jira.example.com/rest/api/2/search", ctJSON, 200, PageUpload},
+	{"POST", "https://jira.example.com/rest/api/2/search?_method=DELETE", ctJSON, 200, PagePosting},
+	{"POST", "https://central.sonatype.com/api/v1/publisher/status?id=abc", "", 0, PageRead},
+	{"POST", "https://central.sonatype.com/api/v1/publisher/status?id=abc&name=x", "", 0, PagePosting},
+	{"POST", "https://central.sonatype.com/api/v1/publisher/status?id=abc", ctJSON, 10, PagePosting},
 	{"POST", "https://acme.atlassian.net/rest/api/3/issue", ctJSON, 0, PagePosting},
 	{"POST", "https://acme.atlassian.net/rest/api/2/issue/PROJ-1/comment", ctJSON, 0, PagePosting},
 	{"POST", "https://acme.atlassian.net/rest/api/2/issue/PROJ-1/attachments", ctMP, 0, PageUpload},
@@ -293,6 +298,9 @@ var pageCases = []pageCase{
 	{"GET", "https://example.com/login%00.zip", "", 0, PageLogin},
 	{"GET", "https://github.com/settings%2Ftokens", "", 0, PageAdmin},
 	{"GET", "https://github.com/example/repo%2F..%2F..%2Flogin", "", 0, PageLogin},
+	{"GET", "https://example.com/docs/%c0%ae%c0%ae/login", "", 0, PageLogin},
+	{"GET", "https://example.com/docs/%u002e%u002e/login", "", 0, PageLogin},
+	{"GET", "https://github.com/github-copilot/signup", "", 0, PageLogin},
 	{"GET", "https://example.com/?%63lient_id=x&%72esponse_type=code", "", 0, PageOAuth},
 }
 
@@ -415,6 +423,14 @@ func onReadOnlyList(r *Request, why string) bool {
 			continue
 		}
 		mt, _, _ := strings.Cut(r.ContentType, ";")
+		if r.Query != "" {
+			for _, kv := range strings.FieldsFunc(r.Query, func(c rune) bool { return c == '&' || c == ';' }) {
+				k, _, _ := strings.Cut(kv, "=")
+				if !slices.Contains(e.QueryKeys, k) {
+					return false
+				}
+			}
+		}
 		return (e.Host == "" || e.Host == r.Host) && r.ContentLength <= e.MaxBody &&
 			(e.ContentType == "" || strings.EqualFold(strings.TrimSpace(mt), e.ContentType)) &&
 			readOnlyPOSTPaths[e.ID].MatchString(r.Path)

@@ -1,0 +1,187 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/policy"
+)
+
+func config(admin string, ports ...string) string {
+	return fmt.Sprintf(`version: 1
+listen:
+  admin: %s
+allow:
+  - name: origin
+    cidrs: [127.0.0.1/32]
+    ports: [%s]
+    pages: ["*"]
+`, admin, strings.Join(ports, ", "))
+}
+
+type fixture struct {
+	d        *Daemon
+	path     string
+	client   *http.Client
+	a, b     string // origin URLs
+	leak     atomic.Bool
+	verifies atomic.Int64
+}
+
+func start(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{}
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	o2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(o.Close)
+	t.Cleanup(o2.Close)
+	f.a, f.b = o.URL, o2.URL
+	f.path = filepath.Join(t.TempDir(), "egressd.yaml")
+	os.WriteFile(f.path, []byte(config("127.0.0.1:0", port(o.URL))), 0o600)
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.d, err = New(Options{
+		Load:   func() (*policy.Policy, error) { return policy.Load(f.path) },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Verify: func(context.Context, *policy.Policy) Verdict {
+			f.verifies.Add(1)
+			if f.leak.Load() {
+				return Verdict{Leaks: []string{"tcp-direct 203.0.113.100:443: connected"}}
+			}
+			return Verdict{Sealed: true}
+		},
+		ProxyListener: pl,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- f.d.Run(ctx, started) }()
+	go f.d.WatchReload(ctx, f.path)
+	t.Cleanup(func() { cancel(); <-done })
+	<-started
+	f.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: pl.Addr().String()}), DisableKeepAlives: true}}
+	return f
+}
+
+func port(u string) string {
+	_, p, _ := net.SplitHostPort(strings.TrimPrefix(u, "http://"))
+	return p
+}
+
+func (f *fixture) status(t *testing.T, u string) int {
+	t.Helper()
+	resp, err := f.client.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (f *fixture) write(t *testing.T, s string) {
+	t.Helper()
+	tmp := f.path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, f.path); err != nil { // as editors and ConfigMaps do
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestReload(t *testing.T) {
+	f := start(t)
+	if got := f.status(t, f.a); got != 200 {
+		t.Fatalf("origin a: %d, want 200", got)
+	}
+	if got := f.status(t, f.b); got != 403 {
+		t.Fatalf("origin b before reload: %d, want 403", got)
+	}
+	// a good change, seen by the file watcher
+	f.write(t, config("127.0.0.1:0", port(f.a), port(f.b)))
+	waitFor(t, "the new policy", func() bool { return f.status(t, f.b) == 200 })
+
+	// a broken change: rejected, the old policy still answers
+	f.write(t, "version: 1\nallow:\n  - hosts: [\"*.com\"]\n")
+	if err := f.d.Reload(context.Background(), "test"); err == nil || !strings.Contains(err.Error(), `"*.com"`) {
+		t.Fatalf("Reload of a broken config: %v, want the file:line error", err)
+	}
+	if f.status(t, f.a) != 200 || f.status(t, f.b) != 200 {
+		t.Fatal("a broken config changed the policy in force")
+	}
+
+	// a change that leaks is rolled back
+	f.leak.Store(true)
+	f.write(t, config("127.0.0.1:0", port(f.a)))
+	if err := f.d.Reload(context.Background(), "test"); err == nil || !strings.Contains(err.Error(), "rolled back") {
+		t.Fatalf("Reload of a leaking config: %v, want rolled back", err)
+	}
+	if got := f.status(t, f.b); got != 200 {
+		t.Fatalf("after rollback origin b: %d, want 200 (the last good policy)", got)
+	}
+}
+
+func TestReadiness(t *testing.T) {
+	f := start(t)
+	admin := "http://" + f.d.adminAddr
+	resp, err := http.Get(admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/readyz after a sealed boot self-test: %d", resp.StatusCode)
+	}
+	// a scheduled run that finds a leak takes readiness away, and the proxy refuses
+	f.leak.Store(true)
+	f.d.scheduled(context.Background())
+	resp, _ = http.Get(admin + "/readyz")
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "leak") {
+		t.Fatalf("/readyz after a leak: %d %q", resp.StatusCode, b)
+	}
+	if got := f.status(t, f.a); got != 503 {
+		t.Fatalf("proxy while not ready: %d, want 503", got)
+	}
+	resp, _ = http.Get(admin + "/metrics")
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `egressd_selftest_runs_total{result="leak",trigger="schedule"} 1`) {
+		t.Errorf("metrics lack the leak count")
+	}
+}
+
+func TestNoSelftestIsLoud(t *testing.T) {
+	_, err := New(Options{Load: func() (*policy.Policy, error) { return policy.Parse(strings.NewReader("version: 1\n"), "x") }, Logger: slog.Default()})
+	if err == nil || !strings.Contains(err.Error(), "--no-selftest") {
+		t.Fatalf("New without Verify: %v, want a refusal naming --no-selftest", err)
+	}
+}

@@ -1,0 +1,126 @@
+package policy
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// bigConfig returns a config with n hosts over 10 rules, half exact names
+// and half wildcards, as an agent fleet's generated allowlist might be.
+func bigConfig(n int) string {
+	var b strings.Builder
+	b.Grow(n * 32)
+	b.WriteString("version: 1\nallow:\n")
+	per := n / 10
+	for r := 0; r < 10; r++ {
+		fmt.Fprintf(&b, "  - name: rule%d\n    ports: [443]\n    hosts:\n", r)
+		for i := 0; i < per; i++ {
+			k := r*per + i
+			if k%2 == 0 {
+				fmt.Fprintf(&b, "      - host%d.example%d.com\n", k, k%997)
+			} else {
+				fmt.Fprintf(&b, "      - \"*.svc%d.example%d.org\"\n", k, k%991)
+			}
+		}
+	}
+	b.WriteString("  - name: docs\n    hosts: [docs.python.org]\n    pages: [read]\n")
+	return b.String()
+}
+
+var (
+	bigOnce sync.Once
+	bigPol  *Policy
+)
+
+func bigPolicy(b *testing.B) *Policy {
+	bigOnce.Do(func() {
+		p, err := Parse(strings.NewReader(bigConfig(1_000_000)), "big.yaml")
+		if err != nil {
+			b.Fatal(err)
+		}
+		bigPol = p
+	})
+	return bigPol
+}
+
+// BenchmarkLoad1M measures parsing and compiling a 1,000,000-host policy;
+// it reports the heap the compiled policy keeps (MiB-kept) and the peak
+// heap growth while loading (MiB-peak).
+func BenchmarkLoad1M(b *testing.B) {
+	cfg := bigConfig(1_000_000)
+	b.ResetTimer()
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		p, err := Parse(strings.NewReader(cfg), "big.yaml")
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		peak := float64(after.TotalAlloc-before.TotalAlloc) / (1 << 20)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MiB-kept")
+		b.ReportMetric(peak, "MiB-allocated")
+		runtime.KeepAlive(p)
+	}
+}
+
+// BenchmarkDecide1M: CONNECT and request decisions against the 1M-host
+// policy: an exact hit, a wildcard hit, a miss, and a metadata literal.
+func BenchmarkDecide1M(b *testing.B) {
+	p := bigPolicy(b)
+	cases := map[string]struct {
+		target string
+		allow  bool
+	}{
+		"exact":    {fmt.Sprintf("host500000.example%d.com:443", 500000%997), true},
+		"wildcard": {fmt.Sprintf("a.b.svc500001.example%d.org:443", 500001%991), true},
+		"miss":     {"nowhere.example.net:443", false},
+		"metadata": {"169.254.169.254:80", false},
+	}
+	for name, c := range cases {
+		t, err := ParseAuthority(c.target)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if d := p.DecideTarget(&t); d.Allow != c.allow {
+			b.Fatalf("%s: allow %v, want %v", c.target, d.Allow, c.allow)
+		}
+		b.Run("target/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				p.DecideTarget(&t)
+			}
+		})
+	}
+	b.Run("request/docs", func(b *testing.B) {
+		t, _ := ParseURL("https://docs.python.org/3/library/os.html")
+		b.ReportAllocs()
+		for range b.N {
+			p.DecideRequest(&t, "GET", "", 0)
+		}
+	})
+	b.Run("parse+decide/url", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			t, _ := ParseURL("https://host500000.example503.com/simple/requests/")
+			p.DecideTarget(&t)
+		}
+	})
+}
+
+func BenchmarkNormalizeHost(b *testing.B) {
+	for _, h := range []string{"pypi.org", "Files.PythonHosted.org", "0xA9FEA9FE", "bücher.example", "[::ffff:169.254.169.254]"} {
+		b.Run(h, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				NormalizeHost(h)
+			}
+		})
+	}
+}
