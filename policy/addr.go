@@ -80,10 +80,10 @@ var v4Blocks = []classBlock{
 var v6Blocks = []classBlock{
 	{pfx("::/128"), ClassUnspecified},
 	{pfx("::1/128"), ClassLoopback},
-	{pfx("::/8"), ClassReserved}, // compatible (::a.b.c.d) handled as embedded first
-	{pfx("100::/64"), ClassReserved},      // discard-only
-	{pfx("2001::/23"), ClassReserved},     // IETF protocol assignments (Teredo handled as embedded first)
-	{pfx("2001:2::/48"), ClassBenchmark},  // inside 2001::/23, more specific
+	{pfx("::/8"), ClassReserved},         // compatible (::a.b.c.d) handled as embedded first
+	{pfx("100::/64"), ClassReserved},     // discard-only
+	{pfx("2001::/23"), ClassReserved},    // IETF protocol assignments (Teredo handled as embedded first)
+	{pfx("2001:2::/48"), ClassBenchmark}, // inside 2001::/23, more specific
 	{pfx("2001:db8::/32"), ClassDocumentation},
 	{pfx("3fff::/20"), ClassDocumentation},
 	{pfx("5f00::/16"), ClassReserved}, // SRv6 SIDs

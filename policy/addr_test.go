@@ -147,7 +147,7 @@ allow:
 	}{
 		{"127.0.0.1", true, "loop"},
 		{"10.1.2.3", true, "lan"},
-		{"10.1.3.3", false, ""},       // private, only 0.0.0.0/0 and 8.0.0.0/6 cover it: neither lies inside 10/8
+		{"10.1.3.3", false, ""},        // private, only 0.0.0.0/0 and 8.0.0.0/6 cover it: neither lies inside 10/8
 		{"8.8.4.4", true, "world"},     // public: first covering rule with the port
 		{"169.254.169.254", false, ""}, // high-risk: never
 		{"192.168.1.1", false, ""},
