@@ -9,11 +9,13 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,6 +103,11 @@ func New(opt Options) (*Daemon, error) {
 	d.setStatus("starting: waiting for the boot self-test")
 
 	pc := opt.ProxyConfig
+	if pc.UpstreamRoots == nil && p.UpstreamCA != "" {
+		if pc.UpstreamRoots, err = upstreamRoots(p.UpstreamCA); err != nil {
+			return nil, err
+		}
+	}
 	pc.Logger = d.log.With("component", "proxy")
 	pc.Registry = d.reg
 	pc.CA = opt.CA
@@ -316,4 +323,20 @@ func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {
 		return d.opt.Walls(ctx, p)
 	}
 	return nil
+}
+
+// upstreamRoots is the system roots plus the PEM file of upstream_ca.
+func upstreamRoots(path string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("upstream_ca: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("upstream_ca %s: no PEM certificates", path)
+	}
+	return pool, nil
 }

@@ -10,9 +10,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,4 +186,38 @@ func TestNoSelftestIsLoud(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--no-selftest") {
 		t.Fatalf("New without Verify: %v, want a refusal naming --no-selftest", err)
 	}
+}
+
+func TestReloadOnSIGHUP(t *testing.T) {
+	f := start(t)
+	// our own registration keeps SIGHUP from ending the test binary while
+	// WatchReload registers its handler
+	guard := make(chan os.Signal, 16)
+	signal.Notify(guard, syscall.SIGHUP)
+	defer signal.Stop(guard)
+	// nothing touches the file: only SIGHUP can cause this reload
+	before := counter(t, f, `egressd_reloads_total{result="applied"}`)
+	waitFor(t, "a SIGHUP reload", func() bool {
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		time.Sleep(50 * time.Millisecond)
+		return counter(t, f, `egressd_reloads_total{result="applied"}`) > before
+	})
+}
+
+func counter(t *testing.T, f *fixture, name string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + f.d.adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, name+" ") {
+			var n int
+			fmt.Sscan(strings.TrimPrefix(l, name+" "), &n)
+			return n
+		}
+	}
+	return 0
 }

@@ -372,3 +372,11 @@ func ambiguousPath(path string) bool {
 	}
 	return false
 }
+
+// HighRiskPrefixes returns the built-in high-risk blocks plus deny.cidrs:
+// what the kernel walls drop by a rule of their own.
+func (p *Policy) HighRiskPrefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(builtinHighRiskCIDRs)+len(p.denyCIDRs))
+	out = append(out, builtinHighRiskCIDRs...)
+	return append(out, p.denyCIDRs...)
+}

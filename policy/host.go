@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -68,9 +69,17 @@ func NormalizeHost(h string) (name string, addr netip.Addr, err error) {
 		}
 	}
 	s := h
+	if !ascii && !utf8.ValidString(h) {
+		return "", netip.Addr{}, badTarget("host %q is not valid UTF-8", h)
+	}
 	if !ascii || hasPunycode(s) {
 		if s, err = idnaProfile.ToASCII(h); err != nil {
 			return "", netip.Addr{}, badTarget("host %q: %v", h, err)
+		}
+		// The mapping must be stable: an A-label that does not map back to
+		// itself (found by FuzzNormalizeHost) is refused, not passed on.
+		if again, err := idnaProfile.ToASCII(s); err != nil || again != s {
+			return "", netip.Addr{}, badTarget("host %q has no stable IDNA form", h)
 		}
 	}
 	s = lowerASCII(s)

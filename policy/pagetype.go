@@ -893,6 +893,7 @@ func (s *pgSignals) segment(orig, low []byte, positional, last, safe bool) bool 
 	if w, ok := pgWords[string(low)]; ok {
 		if last && w.flags&wVerb != 0 {
 			pgSet(&s.compose, w.why) // /new, /submit, /answers/add
+			fired = true
 		}
 		fired = s.add(w, positional, last, safe) || fired
 	}

@@ -480,6 +480,40 @@ func FuzzClassifyPage(f *testing.F) {
 	})
 }
 
+// TestSpellingsKeepWrites respells sensitive GET pages the ways servers
+// normalize paths; none of the spellings may turn them into a read.
+func TestSpellingsKeepWrites(t *testing.T) {
+	paths := []string{"/login", "/wp-login.php", "/users/sign_in", "/settings/tokens", "/wp-admin/",
+		"/checkout", "/oauth/authorize", "/upload", "/submit", "/account/login/", "/issues/new"}
+	spellings := []struct {
+		name string
+		f    func(string) string
+	}{
+		{"as is", func(p string) string { return p }},
+		{"upper case", strings.ToUpper},
+		{"escaped", escapeAll},
+		{"escaped twice", func(p string) string { return strings.ReplaceAll(escapeAll(p), "%", "%25") }},
+		{"dot-dot from docs", func(p string) string { return "/docs/.." + p }},
+		{"escaped dot-dot from docs", func(p string) string { return "/docs/%2e%2e" + p }},
+		{"escaped slash dot-dot", func(p string) string { return "/docs/x%2F..%2F.." + p }},
+		{"dot segment", func(p string) string { return "/." + p }},
+		{"path parameter", func(p string) string { return p + ";jsessionid=1" }},
+		{"doubled slashes", func(p string) string { return strings.ReplaceAll(p, "/", "//") }},
+		{"backslashes", func(p string) string { return "/" + strings.ReplaceAll(p[1:], "/", `\`) }},
+		{"trailing slash", func(p string) string { return p + "/" }},
+	}
+	for _, host := range []string{"example.com", "github.com"} {
+		for _, p := range paths {
+			for _, sp := range spellings {
+				r := &Request{Method: "GET", Host: host, Path: sp.f(p)}
+				if got, why := ClassifyPage(r); !got.IsWrite() {
+					t.Errorf("%s: GET %s%s = %v (%s), want a write type like %s%s", sp.name, host, r.Path, got, why, host, p)
+				}
+			}
+		}
+	}
+}
+
 // TestClassifyPageAllocs holds the hot path to zero allocations for
 // typical requests.
 func TestClassifyPageAllocs(t *testing.T) {

@@ -52,6 +52,7 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 			return goproxy.RejectConnect, host
 		}
 		x.holdTunnel(r, rq, true)
+		rq.conn, _ = r.Context().Value(keyConn).(*scanConn)
 		ctx.UserData = rq
 		x.logDecision(r.Context(), rq, http.StatusOK, "tunnel inspected", 0, 0)
 		return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: x.mitmTLS(rq)}, host
@@ -91,6 +92,11 @@ func (x *Proxy) mitmTLS(rq *request) func(string, *goproxy.ProxyCtx) (*tls.Confi
 		if err != nil {
 			return nil, fmt.Errorf("issue certificate for %s: %w", rq.target.Host(), err)
 		}
+		if rq.conn != nil {
+			// Runs after the hijack, when net/http's background read is
+			// gone: goproxy's MITM handshake has no deadline of its own.
+			rq.conn.idle.Store(int64(helloTimeout))
+		}
 		cfg := base.Clone()
 		cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			if !sniMatches(&rq.target, h.ServerName) {
@@ -98,6 +104,12 @@ func (x *Proxy) mitmTLS(rq *request) func(string, *goproxy.ProxyCtx) (*tls.Confi
 				return nil, errSNIMismatch
 			}
 			return nil, nil
+		}
+		cfg.VerifyConnection = func(tls.ConnectionState) error {
+			if rq.conn != nil { // handshake done: from now on the idle timeout
+				rq.conn.idle.Store(int64(x.Policy().Limits.IdleTimeout))
+			}
+			return nil
 		}
 		return cfg, nil
 	}

@@ -5,6 +5,8 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // headInfo is what net/http hides from handlers about one request head: it
@@ -26,6 +28,7 @@ type scanConn struct {
 	mu      sync.Mutex
 	heads   []headInfo // parsed but not yet claimed by a handler
 	onClose func()
+	idle    atomic.Int64 // >0: each Read must complete within this many ns (inspected tunnels)
 
 	st        scanState
 	line      []byte // current head or chunk-size/trailer line, capped
@@ -50,6 +53,9 @@ func newScanConn(c net.Conn, headLimit int) *scanConn {
 }
 
 func (c *scanConn) Read(p []byte) (int, error) {
+	if idle := c.idle.Load(); idle > 0 {
+		c.Conn.SetReadDeadline(time.Now().Add(time.Duration(idle)))
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()

@@ -224,7 +224,7 @@ type request struct {
 	// connect state for an inspected tunnel: inner requests must name the
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
-	sni    string
+	conn   *scanConn // client connection of an inspected tunnel
 }
 
 // ServeHTTP runs the checks every request and CONNECT gets before goproxy

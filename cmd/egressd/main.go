@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/egressd/egressd/sandbox"
 )
 
 // Exit codes shared by the subcommands (DESIGN.md "Contracts").
@@ -35,6 +37,12 @@ commands:
 `
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.NSExecArg {
+		// the re-executed child of `egressd run`: enter the sandbox and exec
+		err := sandbox.NSExecMain(os.Args[2:])
+		fmt.Fprintf(os.Stderr, "egressd: %v\n", err)
+		os.Exit(127)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+
+	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/policy"
+)
+
+func init() { commands["nft"] = cmdNft }
+
+// wallSpec renders the kernel walls for a policy: sandboxes (by interface
+// prefix, source CIDRs or uid) may reach only the proxy and DNS ports on
+// the addresses egressd listens on. extraGateways adds addresses (a
+// sandbox link's gateway end) to those of the listen keys.
+func wallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
+	s := nft.Spec{
+		IfPrefixes:  []string{p.Sandbox.InterfacePrefix},
+		SourceCIDRs: p.Sandbox.CIDRs,
+		UIDs:        p.Sandbox.UIDs,
+		HighRisk:    p.HighRiskPrefixes(),
+		Gateways:    extraGateways,
+	}
+	proxyAddr, proxyPort, err := listenAddr(p.Listen.Proxy)
+	if err != nil {
+		return s, fmt.Errorf("listen.proxy: %w", err)
+	}
+	s.ProxyPort = proxyPort
+	s.Gateways = appendAddr(s.Gateways, proxyAddr)
+	if p.Listen.DNS != "" {
+		dnsAddr, dnsPort, err := listenAddr(p.Listen.DNS)
+		if err != nil {
+			return s, fmt.Errorf("listen.dns: %w", err)
+		}
+		if dnsAddr != proxyAddr && len(extraGateways) == 0 {
+			return s, fmt.Errorf("listen.dns %s and listen.proxy %s must share an address for the walls", p.Listen.DNS, p.Listen.Proxy)
+		}
+		s.DNSPort = dnsPort
+	}
+	if proxyAddr.IsUnspecified() && len(extraGateways) == 0 {
+		return s, errors.New("listen.proxy on an unspecified address: the walls need the concrete gateway address the sandboxes use")
+	}
+	return s, s.Validate()
+}
+
+func listenAddr(hp string) (netip.Addr, uint16, error) {
+	h, ps, err := net.SplitHostPort(hp)
+	if err != nil {
+		return netip.Addr{}, 0, err
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || port == 0 {
+		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need a fixed port", hp)
+	}
+	if h == "" {
+		return netip.IPv4Unspecified(), uint16(port), nil
+	}
+	a, err := netip.ParseAddr(h)
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need an address", hp)
+	}
+	return a.Unmap(), uint16(port), nil
+}
+
+func appendAddr(l []netip.Addr, a netip.Addr) []netip.Addr {
+	for _, x := range l {
+		if x == a {
+			return l
+		}
+	}
+	if a.IsUnspecified() {
+		return l
+	}
+	return append(l, a)
+}
+
+func cmdNft(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: egressd nft apply|show|down [--config FILE]")
+		return exitUsage
+	}
+	verb := args[0]
+	fs := newFlagSet("nft "+verb, stderr)
+	cfg := configFlag(fs)
+	if pos, err := parseFlags(fs, args[1:]); err != nil || len(pos) > 0 {
+		return exitUsage
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "egressd nft: needs root (CAP_NET_ADMIN)")
+		return exitUsage
+	}
+	switch verb {
+	case "apply":
+		p, err := loadPolicy(*cfg)
+		if err != nil {
+			printConfigError(stderr, err)
+			return exitUsage
+		}
+		s, err := wallSpec(p)
+		if err != nil {
+			fmt.Fprintf(stderr, "egressd nft apply: %v\n", err)
+			return exitUsage
+		}
+		if err := nft.Apply(nft.CurrentNamespace, s); err != nil {
+			fmt.Fprintf(stderr, "egressd nft apply: %v\n", err)
+			return exitUsage
+		}
+		fmt.Fprintf(stdout, "applied table inet %s (stays until `egressd nft down`)\n", s.TableName())
+	case "show":
+		text, err := nft.Show(nft.CurrentNamespace, nft.DefaultTable)
+		if err != nil {
+			fmt.Fprintf(stderr, "egressd nft show: %v\n", err)
+			return exitUsage
+		}
+		io.WriteString(stdout, text)
+	case "down":
+		if err := nft.Down(nft.CurrentNamespace, nft.DefaultTable); err != nil {
+			fmt.Fprintf(stderr, "egressd nft down: %v\n", err)
+			return exitUsage
+		}
+		fmt.Fprintf(stdout, "removed table inet %s: sandboxes are no longer walled\n", nft.DefaultTable)
+	default:
+		fmt.Fprintf(stderr, "egressd nft: unknown verb %q (apply, show, down)\n", verb)
+		return exitUsage
+	}
+	return exitOK
+}
