@@ -1,0 +1,428 @@
+// Package dnsfilter is the sandbox's only resolver. It answers A and AAAA
+// questions for names an allow rule covers, forwarding them to the
+// configured upstreams, and drops every answer whose address the policy
+// would refuse to dial: cloud metadata and other high-risk addresses
+// always, private and other special-use addresses unless the rule's cidrs
+// unlock them. Every other name gets NXDOMAIN, for every type, without any
+// upstream query: a query name that never leaves egressd cannot carry data
+// out (DNS exfiltration).
+//
+//	s, err := dnsfilter.New(dnsfilter.Config{
+//		Policy:     live.Load, // the policy in force, read once per query
+//		Logger:     logger,
+//		Registerer: registry,
+//	})
+//	go s.Serve(udpConn, tcpListener) // sockets already bound in the right namespace
+//	...
+//	s.Shutdown(ctx)
+package dnsfilter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/policy"
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Server. Only Policy is required.
+type Config struct {
+	// Policy returns the policy in force. It is called once per query, so a
+	// reload (an atomic.Pointer swap) applies from the next query on.
+	Policy func() *policy.Policy
+	// Logger gets one line per query. Nil: logs are discarded.
+	Logger *slog.Logger
+	// Dial opens a connection to an upstream resolver; network is "udp" or
+	// "tcp". Nil: a net.Dialer in the caller's network namespace.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Registerer gets the query counters. Nil: they are kept but not
+	// registered.
+	Registerer prometheus.Registerer
+	// Timeout bounds one exchange with one upstream. Zero: 1.5s. Each query
+	// also has an overall budget of 4s, below the 5s that stub resolvers
+	// wait, so a client sees SERVFAIL rather than a timeout.
+	Timeout time.Duration
+}
+
+// Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
+type Server struct {
+	policy  func() *policy.Policy
+	log     *slog.Logger
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	timeout time.Duration
+	limits  limiters
+
+	queries *prometheus.CounterVec // by result
+	refused *prometheus.CounterVec // names answered NXDOMAIN by policy, by identity
+
+	mu        sync.Mutex
+	closed    bool
+	listeners []*listener
+}
+
+var _ dns.Handler = (*Server)(nil)
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("dnsfilter: server closed")
+
+const (
+	defaultTimeout = 1500 * time.Millisecond
+	queryBudget    = 4 * time.Second
+
+	// ednsSize is the UDP payload size advertised upstream and to clients
+	// (the DNS Flag Day 2020 value: no IP fragmentation).
+	ednsSize = 1232
+
+	maxNameLen    = 253 // presentation form without the final dot (255 on the wire)
+	maxLabelLen   = 63
+	maxCNAMEChain = 8
+	maxLogName    = 100
+)
+
+// Results: the values of the result label and log field.
+const (
+	resultAnswered    = "answered"    // forwarded; the upstream's answer passed as it was
+	resultFiltered    = "filtered"    // forwarded; at least one address was dropped
+	resultNoData      = "nodata"      // allowed name, a type that is not forwarded
+	resultNXDomain    = "nxdomain"    // name refused by policy: unlisted, high-risk or malformed
+	resultRateLimited = "ratelimited" // client over its query rate
+	resultServFail    = "servfail"    // no upstream gave a usable answer
+	resultFormErr     = "formerr"     // not exactly one question
+	resultNotImp      = "notimp"      // opcode other than QUERY, or class other than IN
+	resultIgnored     = "ignored"     // a response, not a query: never answered
+)
+
+var allResults = []string{resultAnswered, resultFiltered, resultNoData, resultNXDomain, resultRateLimited,
+	resultServFail, resultFormErr, resultNotImp, resultIgnored}
+
+// Log field names.
+const (
+	logClient   = "client"
+	logIdentity = "identity"
+	logQName    = "qname"
+	logQType    = "qtype"
+	logResult   = "result"
+	logReason   = "reason"
+	logRule     = "rule"
+	logUpstream = "upstream"
+	logRTT      = "rtt"
+	logAnswers  = "answers"
+	logDropped  = "dropped"
+	logSkipped  = "suppressed"
+)
+
+// New returns a Server for c. It registers the counters with c.Registerer.
+func New(c Config) (*Server, error) {
+	if c.Policy == nil {
+		return nil, errors.New("dnsfilter: new server: no policy")
+	}
+	s := &Server{
+		policy:  c.Policy,
+		log:     c.Logger,
+		dial:    c.Dial,
+		timeout: c.Timeout,
+		limits:  limiters{clients: map[netip.Addr]*client{}},
+		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_dns_queries_total",
+			Help: "DNS queries answered by the filter, by result.",
+		}, []string{"result"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_dns_refused_names_total",
+			Help: "DNS queries for names the policy refuses (NXDOMAIN), by client identity (\"unknown\" when none matches): a DNS exfiltration signal.",
+		}, []string{"identity"}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "dnsfilter")
+	if s.dial == nil {
+		s.dial = (&net.Dialer{}).DialContext
+	}
+	if s.timeout <= 0 {
+		s.timeout = defaultTimeout
+	}
+	for _, r := range allResults {
+		s.queries.WithLabelValues(r)
+	}
+	if c.Registerer != nil {
+		for _, col := range []prometheus.Collector{s.queries, s.refused} {
+			if err := c.Registerer.Register(col); err != nil {
+				return nil, fmt.Errorf("dnsfilter: register metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// entry is what one query's log line says.
+type entry struct {
+	client   netip.Addr
+	identity string
+	qname    string
+	qtype    uint16
+	result   string
+	reason   string
+	rule     string
+	upstream netip.AddrPort
+	rtt      time.Duration
+	answers  int
+	dropped  int
+}
+
+// ServeDNS answers one query. It implements dns.Handler.
+func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	e := entry{client: clientAddr(w)}
+	if len(r.Question) > 0 {
+		e.qname, e.qtype = r.Question[0].Name, r.Question[0].Qtype
+	}
+	if r.Response {
+		// Answering a response could start a loop between two servers.
+		e.result = resultIgnored
+		s.queries.WithLabelValues(e.result).Inc()
+		return
+	}
+	p := s.policy()
+	if p == nil { // no policy loaded yet: answer nothing
+		e.result, e.reason = resultServFail, "no policy"
+		s.reply(w, r, dns.RcodeServerFailure, nil)
+		s.queries.WithLabelValues(e.result).Inc()
+		s.logQuery(&e)
+		return
+	}
+	e.identity = p.Identity(e.client, "")
+
+	// Rate-limit next, so a flood costs no more than this check.
+	if ok, logIt, skipped := s.limits.allow(e.client, p.Limits.DNSQueriesPerSec, time.Now()); !ok {
+		// SERVFAIL, not a silent drop or REFUSED: SERVFAIL tells a bursty
+		// tool "temporary failure" (EAI_AGAIN) at once, where a drop costs
+		// it timeouts and retries that are more queries, and REFUSED would
+		// read as a policy denial and make stubs try the next server. The
+		// reply is the size of the query, so it amplifies nothing. Only one
+		// line a second per client is logged, so a flood cannot flood the log.
+		e.result = resultRateLimited
+		s.reply(w, r, dns.RcodeServerFailure, nil)
+		s.queries.WithLabelValues(e.result).Inc()
+		if logIt {
+			s.logQuery(&e, slog.Int(logSkipped, skipped))
+		}
+		return
+	}
+	s.serve(w, r, p, &e)
+	s.queries.WithLabelValues(e.result).Inc()
+	s.logQuery(&e)
+}
+
+func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *entry) {
+	switch {
+	case r.Opcode != dns.OpcodeQuery:
+		e.result, e.reason = resultNotImp, fmt.Sprintf("opcode %d", r.Opcode)
+		s.reply(w, r, dns.RcodeNotImplemented, nil)
+		return
+	case len(r.Question) != 1:
+		e.result, e.reason = resultFormErr, fmt.Sprintf("%d questions", len(r.Question))
+		s.reply(w, r, dns.RcodeFormatError, nil)
+		return
+	}
+	q := r.Question[0]
+	if q.Qclass != dns.ClassINET {
+		e.result, e.reason = resultNotImp, "class "+dns.Class(q.Qclass).String()
+		s.reply(w, r, dns.RcodeNotImplemented, nil)
+		return
+	}
+	name, bad := queryName(q.Name)
+	if bad != "" {
+		s.deny(w, r, e, bad)
+		return
+	}
+	rule := p.RuleForName(name)
+	if rule == nil {
+		reason := policy.ReasonNoRule.String()
+		if p.HighRiskName(name) {
+			reason = policy.ReasonHighRisk.String()
+		}
+		s.deny(w, r, e, reason)
+		return
+	}
+	e.rule = rule.Name
+	if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA {
+		// An allowed name gets an empty NOERROR for every other type (TXT,
+		// MX, SRV, ANY, NULL, ...): no data comes back through records the
+		// proxy never needs. HTTPS and SVCB (RFC 9460) get the same, so
+		// clients fall back to plain A/AAAA lookups; their address hints
+		// and ECH configs would bypass the address checks below.
+		e.result, e.reason = resultNoData, "type-not-forwarded"
+		s.reply(w, r, dns.RcodeSuccess, nil)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), queryBudget)
+	defer cancel()
+	resp, up, rtt, err := s.resolve(ctx, p.Resolver.Upstreams, dns.Fqdn(name), q.Qtype)
+	e.upstream, e.rtt = up, rtt
+	if err != nil {
+		e.result, e.reason = resultServFail, err.Error()
+		s.reply(w, r, dns.RcodeServerFailure, nil)
+		return
+	}
+	if resp.Rcode == dns.RcodeNameError {
+		e.result, e.reason = resultAnswered, "upstream-nxdomain"
+		s.reply(w, r, dns.RcodeNameError, nil)
+		return
+	}
+	f := filterAnswer(p, rule, dns.Fqdn(name), q.Qtype, resp.Answer)
+	e.result, e.dropped, e.reason = resultAnswered, f.dropped, f.why
+	if f.dropped > 0 {
+		e.result = resultFiltered
+	}
+	// When every address was dropped the answer is NOERROR with no
+	// records (NODATA), not NXDOMAIN: the name exists and is allowed, and
+	// NXDOMAIN would deny every type at and below the name (RFC 8020), so
+	// a stub would drop the sibling A or AAAA answer and, under a wildcard
+	// rule, the names below. NODATA only says "no address you may use";
+	// getaddrinfo and Go both report it as "no such host" once both
+	// families come back empty.
+	s.reply(w, r, dns.RcodeSuccess, f.kept)
+	e.answers = len(f.kept)
+}
+
+// deny answers NXDOMAIN for a name the policy refuses and counts it
+// against the client's identity. NXDOMAIN rather than REFUSED: stubs
+// retry the next server on REFUSED and Go reports it as "server
+// misbehaving", while NXDOMAIN is a final, clear "no such host".
+func (s *Server) deny(w dns.ResponseWriter, r *dns.Msg, e *entry, reason string) {
+	e.result, e.reason = resultNXDomain, reason
+	id := e.identity
+	if id == "" {
+		id = "unknown"
+	}
+	s.refused.WithLabelValues(id).Inc()
+	s.reply(w, r, dns.RcodeNameError, nil)
+}
+
+// reply writes a response to r with rcode and answer. Only the answer
+// section is ever filled: nothing from an upstream's authority or
+// additional sections reaches the client.
+func (s *Server) reply(w dns.ResponseWriter, r *dns.Msg, rcode int, answer []dns.RR) {
+	m := new(dns.Msg)
+	m.SetRcode(r, rcode)
+	if len(m.Question) == 1 {
+		if _, ok := dns.IsDomainName(m.Question[0].Name); !ok {
+			// A name that cannot be packed (over 255 bytes, or a label
+			// over 63) never comes off the wire, but a caller of ServeDNS
+			// may hand one in: leave it out so the reply can still be sent.
+			m.Question = nil
+		}
+	}
+	m.RecursionAvailable = true
+	m.Answer = answer
+	size := dns.MinMsgSize
+	if opt := r.IsEdns0(); opt != nil {
+		// A fresh OPT: the client's options (ECS, cookies, padding) are
+		// neither echoed nor forwarded.
+		m.SetEdns0(ednsSize, false)
+		size = int(min(max(opt.UDPSize(), dns.MinMsgSize), ednsSize))
+	}
+	if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
+		size = dns.MaxMsgSize
+	}
+	m.Truncate(size)
+	// A failed write means the client went away; there is no one to tell.
+	_ = w.WriteMsg(m)
+}
+
+func (s *Server) logQuery(e *entry, extra ...slog.Attr) {
+	level := slog.LevelInfo
+	switch e.result {
+	case resultServFail:
+		level = slog.LevelError
+	case resultNXDomain, resultFiltered, resultRateLimited, resultFormErr, resultNotImp, resultIgnored:
+		level = slog.LevelWarn
+	}
+	if !s.log.Enabled(context.Background(), level) {
+		return
+	}
+	qname := e.qname
+	if len(qname) > maxLogName {
+		qname = qname[:maxLogName] + "..."
+	}
+	attrs := append([]slog.Attr{
+		slog.String(logClient, addrString(e.client)),
+		slog.String(logIdentity, e.identity),
+		slog.String(logQName, qname),
+		slog.String(logQType, dns.Type(e.qtype).String()),
+		slog.String(logResult, e.result),
+	}, extra...)
+	if e.reason != "" {
+		attrs = append(attrs, slog.String(logReason, e.reason))
+	}
+	if e.rule != "" {
+		attrs = append(attrs, slog.String(logRule, e.rule))
+	}
+	if e.upstream.IsValid() {
+		attrs = append(attrs, slog.String(logUpstream, e.upstream.String()), slog.Duration(logRTT, e.rtt))
+	}
+	if e.result == resultAnswered || e.result == resultFiltered {
+		attrs = append(attrs, slog.Int(logAnswers, e.answers), slog.Int(logDropped, e.dropped))
+	}
+	s.log.LogAttrs(context.Background(), level, "dns query", attrs...)
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+// clientAddr is the query's source address, or the zero Addr when the
+// writer does not say.
+func clientAddr(w dns.ResponseWriter) netip.Addr {
+	switch a := w.RemoteAddr().(type) {
+	case *net.UDPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case nil:
+		return netip.Addr{}
+	default:
+		ap, err := netip.ParseAddrPort(a.String())
+		if err != nil {
+			return netip.Addr{}
+		}
+		return ap.Addr().Unmap()
+	}
+}
+
+// queryName checks the length caps on a question name and normalizes it
+// the way the proxy normalizes hosts, so the DNS filter and the proxy
+// agree on which names a rule covers. It returns the name, or the reason
+// it is refused: too long, an address in any spelling, or malformed
+// (escapes, spaces, empty labels). Long names and labels are the usual
+// shape of DNS exfiltration, so they get their own reasons.
+func queryName(qname string) (name, bad string) {
+	n := strings.TrimSuffix(qname, ".")
+	if len(n) > maxNameLen {
+		return "", "long-name"
+	}
+	for l := range strings.SplitSeq(n, ".") {
+		if len(l) > maxLabelLen {
+			return "", "long-label"
+		}
+	}
+	name, addr, err := policy.NormalizeHost(n)
+	switch {
+	case err != nil:
+		return "", "bad-name"
+	case addr.IsValid():
+		return "", "address-name"
+	}
+	return name, ""
+}

@@ -1,0 +1,88 @@
+package dnsfilter
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+const (
+	// maxClients bounds the limiter table: UDP sources can be forged, and
+	// each new one must not cost memory without end.
+	maxClients = 4096
+	// burstSeconds is how many seconds of queries a quiet client may send
+	// at once: a page load or a build resolves a few dozen names together.
+	burstSeconds = 2
+	// defaultQPS applies when the policy gives no rate (it always should).
+	defaultQPS = 50
+	// logEvery is how often a client's rate-limited queries are logged.
+	logEvery = time.Second
+)
+
+// limiters holds one token bucket per client address.
+type limiters struct {
+	mu        sync.Mutex
+	clients   map[netip.Addr]*client
+	overflow  *client // shared by new clients while the table is full
+	lastSweep time.Time
+}
+
+type client struct {
+	lim     *rate.Limiter
+	logged  time.Time // last rate-limited query logged
+	skipped int       // rate-limited queries not logged since
+}
+
+// allow takes one token from a's bucket, which refills at qps a second.
+// When the query is refused, logIt says whether to log it and skipped how
+// many refusals went unlogged before it.
+func (l *limiters) allow(a netip.Addr, qps int, now time.Time) (ok, logIt bool, skipped int) {
+	if qps <= 0 {
+		qps = defaultQPS
+	}
+	limit, burst := rate.Limit(qps), qps*burstSeconds
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.clients[a]
+	if c == nil {
+		if len(l.clients) >= maxClients && now.Sub(l.lastSweep) >= time.Second {
+			l.sweep(now)
+		}
+		switch {
+		case len(l.clients) < maxClients:
+			c = &client{lim: rate.NewLimiter(limit, burst)}
+			l.clients[a] = c
+		case l.overflow == nil:
+			l.overflow = &client{lim: rate.NewLimiter(limit, burst)}
+			c = l.overflow
+		default:
+			c = l.overflow
+		}
+	}
+	if c.lim.Limit() != limit || c.lim.Burst() != burst { // the policy was reloaded
+		c.lim.SetLimitAt(now, limit)
+		c.lim.SetBurstAt(now, burst)
+	}
+	if c.lim.AllowN(now, 1) {
+		return true, false, 0
+	}
+	if now.Sub(c.logged) < logEvery {
+		c.skipped++
+		return false, false, 0
+	}
+	skipped, c.skipped, c.logged = c.skipped, 0, now
+	return false, true, skipped
+}
+
+// sweep forgets clients whose bucket has refilled: a fresh bucket would
+// behave the same, so nothing is lost.
+func (l *limiters) sweep(now time.Time) {
+	l.lastSweep = now
+	for a, c := range l.clients {
+		if c.lim.TokensAt(now) >= float64(c.lim.Burst()) {
+			delete(l.clients, a)
+		}
+	}
+}
