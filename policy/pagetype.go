@@ -88,6 +88,13 @@ func ClassifyPage(r *Request) (PageType, string) {
 	var s pgSignals
 	if !hr.content && !pgContentHosts[r.Host] {
 		s.walk(&p, r.Host, safe)
+	} else if len(p.segs) > 0 {
+		// Content hosts name topics in their paths, but a first segment
+		// that is an account function is that function there too: an
+		// allowed docs host must not become a way to a login page.
+		if rule, ok := pgContentHostFirst[string(p.low(0))]; ok {
+			return rule.page, rule.why
+		}
 	}
 	if q.specialN > 0 {
 		// index.php?title=Special:UserLogin is the page /wiki/Special:UserLogin.
@@ -531,6 +538,22 @@ var pgHostLabels = func() map[string]pgHostRule {
 	add(PageUpload, false, "upload", "uploads")
 	add(PageDownload, false, "codeload", "dl", "download", "downloads", "release-assets")
 	add(PageRead, true, "docs", "developer", "developers", "support", "help", "learn", "blog")
+	return m
+}()
+
+// pgContentHostFirst are first path segments that keep their meaning even
+// on content hosts.
+var pgContentHostFirst = func() map[string]pgHostRule {
+	m := map[string]pgHostRule{}
+	add := func(t PageType, words ...string) {
+		for _, w := range words {
+			m[w] = pgHostRule{page: t, why: "path:" + w}
+		}
+	}
+	add(PageLogin, "login", "logout", "signin", "sign-in", "signup", "sign-up", "register", "session", "sessions", "sso", "wp-login.php")
+	add(PageOAuth, "oauth", "oauth2", "authorize")
+	add(PageAdmin, "admin", "wp-admin", "settings", "account", "dashboard")
+	add(PagePayment, "checkout", "billing", "pay", "payment")
 	return m
 }()
 

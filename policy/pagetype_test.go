@@ -257,6 +257,11 @@ var pageCases = []pageCase{
 
 	// Documentation stays read
 	{"GET", "https://docs.python.org/3/library/http.client.html", "", 0, PageRead},
+	// content hosts keep a first segment that is an account function
+	{"GET", "https://docs.example.com/login", "", 0, PageLogin},
+	{"GET", "https://help.example.com/settings/profile", "", 0, PageAdmin},
+	{"GET", "https://developer.example.com/oauth/authorize", "", 0, PageOAuth},
+	{"GET", "https://docs.example.com/guide/login", "", 0, PageRead}, // a topic, not the function
 	{"GET", "https://pkg.go.dev/net/http", "", 0, PageRead},
 	{"GET", "https://pkg.go.dev/golang.org/x/oauth2", "", 0, PageRead},
 	{"GET", "https://developer.mozilla.org/en-US/docs/Web/HTTP/Methods/POST", "", 0, PageRead},

@@ -71,6 +71,7 @@ type ctxKey int
 const (
 	keyConn ctxKey = iota
 	keyDecision
+	keyTransparent // request rewritten from a transparent listener
 )
 
 // New builds a Proxy enforcing p.
@@ -151,9 +152,7 @@ func (x *Proxy) Serve(l net.Listener) error {
 			return context.WithValue(ctx, keyConn, c)
 		},
 	}
-	x.mu.Lock()
-	x.servers = append(x.servers, srv)
-	x.mu.Unlock()
+	x.track(srv)
 	return srv.Serve(&scanListener{Listener: l, headLimit: p.Limits.HeaderBytes})
 }
 
@@ -245,7 +244,8 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
 		return
 	}
-	if r.Method != http.MethodConnect && head.hostSeen && r.URL.IsAbs() && !sameHostHeader(head.host, r.URL.Host, r.URL.Scheme) {
+	transparent, _ := r.Context().Value(keyTransparent).(bool)
+	if !transparent && r.Method != http.MethodConnect && head.hostSeen && r.URL.IsAbs() && !sameHostHeader(head.host, r.URL.Host, r.URL.Scheme) {
 		x.refuse(w, r, rq, http.StatusBadRequest, "host-mismatch", fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
 		return
 	}

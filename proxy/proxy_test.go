@@ -259,6 +259,7 @@ func TestInspectedPageTypes(t *testing.T) {
 		{"POST", "/upload", "multipart/form-data; boundary=x", 403, "upload"},
 		{"POST", "/comments", "application/x-www-form-urlencoded", 403, "posting"},
 		{"GET", "/settings/admin", "", 403, "admin"},
+		{"GET", "/guide/x?override", "override", 403, "X-HTTP-Method-Override"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+tt.path, func(t *testing.T) {
@@ -266,11 +267,17 @@ func TestInspectedPageTypes(t *testing.T) {
 			if tt.method == "POST" {
 				body = strings.NewReader("--x--")
 			}
-			resp, b := h.do(tt.method, base+tt.path, body, map[string]string{"Content-Type": tt.ctype})
+			hdr := map[string]string{"Content-Type": tt.ctype}
+			wantReason := "page-type"
+			if tt.ctype == "override" {
+				hdr = map[string]string{"X-HTTP-Method-Override": "DELETE"}
+				wantReason = "method"
+			}
+			resp, b := h.do(tt.method, base+tt.path, body, hdr)
 			if resp == nil || resp.StatusCode != tt.want {
 				t.Fatalf("got %v %q, want %d", resp, b, tt.want)
 			}
-			if tt.want == 403 && (resp.Header.Get("X-Egressd-Deny") != "page-type" || !strings.Contains(b, tt.page)) {
+			if tt.want == 403 && (resp.Header.Get("X-Egressd-Deny") != wantReason || !strings.Contains(b, tt.page)) {
 				t.Errorf("got reason %q body %q, want page-type naming %s", resp.Header.Get("X-Egressd-Deny"), b, tt.page)
 			}
 		})

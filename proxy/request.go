@@ -49,6 +49,13 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		rq.target = t
 	}
 	rq.path = rq.target.Path
+	for _, h := range methodOverrideHeaders {
+		// A server that honours an override would run a method the
+		// classifier never saw: refuse rather than guess.
+		if v := r.Header.Get(h); v != "" && !strings.EqualFold(v, r.Method) {
+			return r, x.deny(r, rq, http.StatusForbidden, policy.ReasonMethod.String(), "", fmt.Sprintf("%s: %.20s overrides %s", h, v, r.Method))
+		}
+	}
 	rq.d = p.DecideRequest(&rq.target, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
@@ -63,6 +70,9 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	ctx.RoundTripper = goproxy.RoundTripperFunc(x.roundTrip)
 	return r, nil
 }
+
+// methodOverrideHeaders are headers some frameworks read as the real method.
+var methodOverrideHeaders = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
 
 // innerTarget builds the target of a request inside an inspected tunnel and
 // checks that its Host names the tunnel's host and port: a request may not

@@ -1,0 +1,249 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// Transparent mode serves clients that ignore proxy settings: the kernel
+// walls redirect a sandbox's TCP 80 and 443 to these listeners, one per
+// original port, so the port is known without SO_ORIGINAL_DST. The host
+// comes from the Host header or the ClientHello's SNI — never from the
+// address the client dialed, which the proxy does not trust or reuse: it
+// resolves and checks the name like any other request.
+
+// ServeTransparentHTTP answers plain HTTP redirected from port origPort:
+// each origin-form request becomes the absolute-form request its Host
+// header names and goes through the same checks as a proxy request.
+func (x *Proxy) ServeTransparentHTTP(l net.Listener, origPort uint16) error {
+	p := x.Policy()
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			x.serveOriginForm(w, r, "http", origPort, "")
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       p.Limits.IdleTimeout,
+		MaxHeaderBytes:    p.Limits.HeaderBytes,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, keyConn, c)
+		},
+	}
+	x.track(srv)
+	return srv.Serve(&scanListener{Listener: l, headLimit: p.Limits.HeaderBytes})
+}
+
+// serveOriginForm rewrites an origin-form request into absolute form and
+// hands it to the proxy path. sni, when set, must name the same host.
+func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme string, port uint16, sni string) {
+	host, hport, err := policy.SplitHostPort(r.Host, port)
+	switch {
+	case r.Host == "":
+		err = errors.New("no Host header: a transparent request must name its host")
+	case err == nil && hport != port:
+		err = fmt.Errorf("Host %q names port %d on a connection to port %d", r.Host, hport, port)
+	case err == nil && !strings.HasPrefix(r.RequestURI, "/"):
+		err = fmt.Errorf("request target %.60q is not origin-form", r.RequestURI)
+	}
+	if err == nil && sni != "" {
+		if name, addr, nerr := policy.NormalizeHost(host); nerr != nil || addr.IsValid() || name != sni {
+			err = fmt.Errorf("Host %q disagrees with the TLS SNI %q", r.Host, sni)
+		}
+	}
+	if err != nil {
+		rq := &request{start: time.Now(), method: r.Method, identity: x.identify(r)}
+		x.refuse(w, r, rq, http.StatusBadRequest, "host-mismatch", err.Error())
+		return
+	}
+	authority := net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(int(port)))
+	r.RequestURI = scheme + "://" + authority + r.RequestURI
+	r.URL.Scheme, r.URL.Host = scheme, authority
+	r.Host = authority
+	// the Host header was checked above against the original port and SNI
+	x.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyTransparent, true)))
+}
+
+// ServeTransparentTLS answers TLS redirected from port origPort: the SNI
+// names the host; a host-only rule splices after the usual checks, a rule
+// that needs inspection terminates TLS with egressd's CA and serves the
+// requests inside as absolute-form https requests.
+func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go x.transparentTLS(c, origPort)
+	}
+}
+
+func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
+	defer c.Close()
+	rq := &request{start: time.Now(), method: "TLS"}
+	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	rq.identity = x.Policy().Identity(src.Addr(), "")
+	if rq.identity == "" {
+		rq.identity = src.Addr().Unmap().String()
+	}
+	ctx := context.Background()
+	if x.ready != nil && !x.ready() {
+		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, "not-ready", "transparent TLS before the self-test passed", 0, 0)
+		return
+	}
+	if x.ids.quarantined(rq.identity) {
+		x.logDecisionReason(ctx, rq, http.StatusForbidden, "quarantine", "", 0, 0)
+		return
+	}
+	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
+	if !ok {
+		x.logDecisionReason(ctx, rq, http.StatusTooManyRequests, "conn-limit", "", 0, 0)
+		return
+	}
+	defer release()
+	hello, raw, err := peekClientHello(c, helloTimeout)
+	if err != nil {
+		x.logDecisionReason(ctx, rq, 0, "not-tls", err.Error(), 0, 0)
+		return
+	}
+	if hello.ServerName == "" {
+		x.logDecisionReason(ctx, rq, 0, "no-sni", "transparent TLS needs SNI to name the host", 0, 0)
+		return
+	}
+	t, err := policy.ParseAuthority(net.JoinHostPort(hello.ServerName, strconv.Itoa(int(port))))
+	if err != nil {
+		x.logDecisionReason(ctx, rq, 0, policy.ReasonBadTarget.String(), err.Error(), 0, 0)
+		return
+	}
+	rq.target = t
+	p := x.Policy()
+	rq.d = p.DecideTarget(&t)
+	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
+	if !rq.d.Allow {
+		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason.String(), "transparent TLS", 0, 0)
+		return
+	}
+	client := &replayConn{Conn: c, pre: raw}
+	x.ids.addTunnel(rq.identity, c)
+	x.m.tunnels.Inc()
+	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec() }()
+	if !rq.d.Inspect {
+		up, _, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
+		if err != nil {
+			status, reason := statusFor(err)
+			x.logDecisionReason(ctx, rq, status, reason, err.Error(), 0, 0)
+			return
+		}
+		defer up.Close()
+		out, in := pipe(client, up)
+		x.logDecision(ctx, rq, http.StatusOK, "transparent tunnel", in, out)
+		return
+	}
+	if x.ca == nil {
+		x.logDecisionReason(ctx, rq, http.StatusForbidden, "inspection-unavailable", "", 0, 0)
+		return
+	}
+	cfg, err := x.ca.ServerConfig(t.Host())
+	if err != nil {
+		x.logDecisionReason(ctx, rq, http.StatusBadGateway, "inspection-unavailable", err.Error(), 0, 0)
+		return
+	}
+	tc := tls.Server(client, cfg)
+	tc.SetDeadline(time.Now().Add(helloTimeout))
+	if err := tc.Handshake(); err != nil {
+		x.logDecisionReason(ctx, rq, 0, "tls-handshake", err.Error(), 0, 0)
+		return
+	}
+	tc.SetDeadline(time.Time{})
+	x.logDecision(ctx, rq, http.StatusOK, "transparent TLS inspected", 0, 0)
+	inner := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			x.serveOriginForm(w, r, "https", port, t.Name)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       p.Limits.IdleTimeout,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	sc := newScanConn(tc, p.Limits.HeaderBytes)
+	inner.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, keyConn, sc) // the scanner, not the listener's wrapper
+	}
+	inner.Serve(newOneConnListener(sc))
+}
+
+// replayConn returns pre before reading from Conn: the ClientHello that was
+// peeked to learn the SNI.
+type replayConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// oneConnListener serves exactly one connection, then reports closed once
+// that connection is closed.
+type oneConnListener struct {
+	c      net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newOneConnListener(c net.Conn) *oneConnListener {
+	l := &oneConnListener{closed: make(chan struct{})}
+	l.c = &notifyConn{Conn: c, done: l.closed}
+	return l
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	var c net.Conn
+	l.once.Do(func() { c = l.c })
+	if c != nil {
+		return c, nil
+	}
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+type notifyConn struct {
+	net.Conn
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *notifyConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.done) })
+	return err
+}
+
+// track registers a server for Shutdown.
+func (x *Proxy) track(srv *http.Server) {
+	x.mu.Lock()
+	x.servers = append(x.servers, srv)
+	x.mu.Unlock()
+}

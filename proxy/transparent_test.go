@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// transparentHarness adds transparent listeners to a harness; the "original
+// port" is the origin's port, as if the walls had redirected it.
+func transparentListen(t *testing.T, serve func(net.Listener, uint16) error, port string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	go serve(l, uint16(p))
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().String()
+}
+
+func TestTransparentHTTP(t *testing.T) {
+	h := newHarness(t, testConfig, testNames)
+	addr := transparentListen(t, h.px.ServeTransparentHTTP, h.plain.port())
+	send := func(host, path string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("X-Egressd-Deny"))
+	}
+	before := h.plain.hits.Load()
+	if got := send("allowed.test", "/t"); got != "200 " {
+		t.Errorf("allowed: %q", got)
+	}
+	if h.plain.hits.Load() != before+1 {
+		t.Errorf("origin did not see the transparent request")
+	}
+	if got := send("unlisted.test", "/"); got != "403 no-rule" {
+		t.Errorf("unlisted: %q", got)
+	}
+	if got := send("169.254.169.254", "/latest/meta-data/"); got != "403 high-risk" {
+		t.Errorf("metadata: %q", got)
+	}
+	if got := send("allowed.test:9", "/"); got != "400 host-mismatch" {
+		t.Errorf("Host naming another port: %q", got)
+	}
+}
+
+func TestTransparentTLS(t *testing.T) {
+	h := newHarness(t, testConfig, testNames)
+	addr := transparentListen(t, h.px.ServeTransparentTLS, h.tlsO.port())
+	get := func(sni, hostHdr string, roots bool) (string, error) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		pool := h.upCA.Pool()
+		pool.AddCert(h.mitmCA.Certificate())
+		tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: pool})
+		if err := tc.Handshake(); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(tc, "GET /x HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostHdr)
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			return "", err
+		}
+		resp.Body.Close()
+		return fmt.Sprintf("%d %s issuer=%s", resp.StatusCode, resp.Header.Get("X-Egressd-Deny"), tc.ConnectionState().PeerCertificates[0].Issuer.CommonName), nil
+	}
+	got, err := get("allowed.test", "allowed.test", true)
+	if err != nil || !strings.HasPrefix(got, "200 ") || !strings.Contains(got, h.upCA.Certificate().Subject.CommonName) {
+		t.Errorf("spliced host-only rule: %q %v", got, err)
+	}
+	got, err = get("docs.test", "docs.test", true)
+	if err != nil || !strings.HasPrefix(got, "200 ") || !strings.Contains(got, h.mitmCA.Certificate().Subject.CommonName) {
+		t.Errorf("inspected rule: %q %v", got, err)
+	}
+	if got, err := get("docs.test", "allowed.test", true); err != nil || !strings.HasPrefix(got, "400 host-mismatch") {
+		t.Errorf("inner Host differing from SNI: %q %v", got, err)
+	}
+	if _, err := get("unlisted.test", "unlisted.test", true); err == nil {
+		t.Errorf("unlisted SNI: handshake succeeded")
+	}
+	waitLog(t, h, `"reason":"no-rule"`)
+}
