@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -167,7 +168,7 @@ func Parse(r io.Reader, name string) (*Policy, error) {
 		return nil, ConfigErrors{{File: name, Msg: fmt.Sprintf("config larger than %d bytes", maxConfigBytes)}}
 	}
 	var raw rawConfig
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	c := compiler{file: name}
 	if err := dec.Decode(&raw); err != nil {
