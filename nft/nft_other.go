@@ -1,0 +1,34 @@
+//go:build !linux
+
+package nft
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Counter is a packet and byte count.
+type Counter struct {
+	Packets uint64
+	Bytes   uint64
+}
+
+var errUnsupported = fmt.Errorf("nft: nftables needs Linux: %w", errors.ErrUnsupported)
+
+// Apply is not supported on this platform.
+func Apply(ns int, s Spec) error { return errUnsupported }
+
+// Down is not supported on this platform.
+func Down(ns int, table string) error { return errUnsupported }
+
+// Check is not supported on this platform.
+func Check(ns int, s Spec) ([]string, error) { return nil, errUnsupported }
+
+// Ensure is not supported on this platform.
+func Ensure(ns int, s Spec) ([]string, error) { return nil, errUnsupported }
+
+// Show is not supported on this platform.
+func Show(ns int, table string) (string, error) { return "", errUnsupported }
+
+// Counters is not supported on this platform.
+func Counters(ns int, table string) (map[string]Counter, error) { return nil, errUnsupported }

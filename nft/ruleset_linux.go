@@ -1,0 +1,335 @@
+//go:build linux
+
+package nft
+
+import (
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Names of the chains, sets and named counters the table holds. They are part
+// of the operator interface: `egressd nft show` and the self-test report name
+// the counter that stopped a packet.
+const (
+	chainInput   = "input"
+	chainForward = "forward"
+	chainOutput  = "output"
+	chainSbxIn   = "sbx_in"
+	chainSbxFwd  = "sbx_fwd"
+	chainSbxOut  = "sbx_out"
+
+	setSrc4  = "src4"
+	setSrc6  = "src6"
+	setGw4   = "gw4"
+	setGw6   = "gw6"
+	setHR4   = "highrisk4"
+	setHR6   = "highrisk6"
+	setUIDs  = "uids"
+	setChunk = 1024 // elements per NEWSETELEM message, see ruleset.queue
+)
+
+// filterPriority runs the wall before the usual filter chains (priority 0),
+// so its counters see sandbox packets before another table can drop them.
+// Order does not decide safety: in nftables a drop in any base chain is final,
+// while an accept only ends that one chain, so no other table can let through
+// what this table drops.
+const filterPriority = nftables.ChainPriority(-10)
+
+// ruleset is a spec rendered into nftables objects, ready to be queued on a
+// Conn. Apply sends it; Check and the golden tests describe it.
+type ruleset struct {
+	table    *nftables.Table
+	counters []string
+	sets     []setDef
+	chains   []chainDef
+}
+
+type setDef struct {
+	set   *nftables.Set
+	elems []nftables.SetElement
+}
+
+type chainDef struct {
+	chain *nftables.Chain
+	rules [][]expr.Any
+}
+
+// build validates s and renders it. Objects appear only when the spec needs
+// them: no UIDs, no output chain; no IPv6 gateway, no IPv6 accept rules.
+func build(s Spec) (*ruleset, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	rs := &ruleset{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: s.TableName()}}
+	b := builder{rs: rs, used: map[string]bool{}}
+
+	src4, src6 := splitFamilies(s.SourceCIDRs)
+	hr4, hr6 := splitFamilies(s.HighRisk)
+	gw4, gw6 := splitFamilies(addrPrefixes(s.Gateways))
+	sets := map[string]*nftables.Set{
+		setSrc4: b.addrSet(setSrc4, false, src4),
+		setSrc6: b.addrSet(setSrc6, true, src6),
+		setHR4:  b.addrSet(setHR4, false, hr4),
+		setHR6:  b.addrSet(setHR6, true, hr6),
+		setGw4:  b.addrSet(setGw4, false, gw4),
+		setGw6:  b.addrSet(setGw6, true, gw6),
+		setUIDs: b.uidSet(s.UIDs),
+	}
+
+	// Rules every sandbox chain starts with: high-risk first, ahead of any
+	// accept, with its own counter.
+	highRisk := func() [][]expr.Any {
+		var rules [][]expr.Any
+		if set := sets[setHR4]; set != nil {
+			rules = append(rules, b.rule(addrMatch(false, false, set), CounterDropHighRisk, verdict(expr.VerdictDrop)))
+		}
+		if set := sets[setHR6]; set != nil {
+			rules = append(rules, b.rule(addrMatch(true, false, set), CounterDropHighRisk, verdict(expr.VerdictDrop)))
+		}
+		return rules
+	}
+	// Accepts for the gateway's service ports, per address family.
+	services := func() [][]expr.Any {
+		var rules [][]expr.Any
+		for _, gw := range []*nftables.Set{sets[setGw4], sets[setGw6]} {
+			if gw == nil {
+				continue
+			}
+			v6 := gw.KeyType == nftables.TypeIP6Addr
+			rules = append(rules, b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, s.ProxyPort)), CounterAcceptProxy, verdict(expr.VerdictAccept)))
+			if s.DNSPort != 0 {
+				rules = append(rules,
+					b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_UDP, s.DNSPort)), CounterAcceptDNS, verdict(expr.VerdictAccept)),
+					b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, s.DNSPort)), CounterAcceptDNS, verdict(expr.VerdictAccept)))
+			}
+			for _, p := range s.ExtraPorts {
+				rules = append(rules, b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, p)), CounterAcceptExtra, verdict(expr.VerdictAccept)))
+			}
+		}
+		return rules
+	}
+	// Rules that send a hook's sandbox traffic to its sandbox chain.
+	classify := func(to string, withLo bool) [][]expr.Any {
+		var rules [][]expr.Any
+		if withLo && (sets[setSrc4] != nil || sets[setSrc6] != nil) {
+			// The host's own traffic to itself can carry a sandbox source
+			// address (the gateway address inside a sandbox CIDR). It already
+			// passed the output hook, where uid sandboxes are filtered.
+			rules = append(rules, b.rule(ifname(expr.MetaKeyIIFNAME, "lo", false), "", verdict(expr.VerdictAccept)))
+		}
+		for _, p := range s.IfPrefixes {
+			rules = append(rules, b.rule(ifname(expr.MetaKeyIIFNAME, p, true), "", jump(to)))
+		}
+		if set := sets[setSrc4]; set != nil {
+			rules = append(rules, b.rule(addrMatch(false, true, set), "", jump(to)))
+		}
+		if set := sets[setSrc6]; set != nil {
+			rules = append(rules, b.rule(addrMatch(true, true, set), "", jump(to)))
+		}
+		return rules
+	}
+
+	if len(s.IfPrefixes) > 0 || len(s.SourceCIDRs) > 0 {
+		in := highRisk()
+		if sets[setGw6] != nil {
+			// IPv6 to the gateway needs neighbour discovery. Hop limit 255
+			// proves the packet was not routed (RFC 4861 §7.1.1), and input
+			// only reaches the gateway itself: nothing is forwarded.
+			for _, typ := range []byte{ndNeighborSolicit, ndNeighborAdvert} {
+				in = append(in, b.rule(ndMatch(typ), CounterAcceptND, verdict(expr.VerdictAccept)))
+			}
+		}
+		in = append(in, services()...)
+		in = append(in, b.rule(nil, CounterDropInput, verdict(expr.VerdictDrop)))
+
+		fwd := append(highRisk(), b.rule(nil, CounterDropForward, verdict(expr.VerdictDrop)))
+
+		rs.chains = append(rs.chains,
+			chainDef{chain: baseChain(rs.table, chainInput, nftables.ChainHookInput), rules: classify(chainSbxIn, true)},
+			chainDef{chain: regularChain(rs.table, chainSbxIn), rules: in},
+			chainDef{chain: baseChain(rs.table, chainForward, nftables.ChainHookForward), rules: classify(chainSbxFwd, false)},
+			chainDef{chain: regularChain(rs.table, chainSbxFwd), rules: fwd},
+		)
+	}
+	if uids := sets[setUIDs]; uids != nil {
+		out := append(highRisk(), services()...)
+		out = append(out, b.rule(nil, CounterDropOutputUID, verdict(expr.VerdictDrop)))
+		rs.chains = append(rs.chains,
+			chainDef{chain: baseChain(rs.table, chainOutput, nftables.ChainHookOutput), rules: [][]expr.Any{
+				b.rule([]expr.Any{
+					&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+					&expr.Lookup{SourceRegister: 1, SetName: uids.Name, SetID: uids.ID},
+				}, "", jump(chainSbxOut)),
+			}},
+			chainDef{chain: regularChain(rs.table, chainSbxOut), rules: out},
+		)
+	}
+
+	// Counters in a fixed order, only those a rule refers to.
+	for _, n := range []string{CounterDropHighRisk, CounterDropInput, CounterDropForward, CounterDropOutputUID,
+		CounterAcceptProxy, CounterAcceptDNS, CounterAcceptExtra, CounterAcceptND} {
+		if b.used[n] {
+			rs.counters = append(rs.counters, n)
+		}
+	}
+	return rs, nil
+}
+
+// builder collects sets and records which named counters rules use.
+type builder struct {
+	rs   *ruleset
+	used map[string]bool
+}
+
+// addrSet adds an interval set of one family, or returns nil when ps is empty.
+func (b *builder) addrSet(name string, v6 bool, ps []netip.Prefix) *nftables.Set {
+	if len(ps) == 0 {
+		return nil
+	}
+	typ := nftables.TypeIPAddr
+	if v6 {
+		typ = nftables.TypeIP6Addr
+	}
+	set := &nftables.Set{Table: b.rs.table, Name: name, KeyType: typ, Interval: true}
+	var elems []nftables.SetElement
+	for _, r := range mergeRanges(ps) {
+		elems = append(elems, nftables.SetElement{Key: r.first.AsSlice()})
+		// An interval is [start, end): the end element is the first address
+		// after it. A range that runs to the family's last address has none.
+		if end := r.last.Next(); end.IsValid() {
+			elems = append(elems, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
+		}
+	}
+	return b.addSet(set, elems)
+}
+
+func (b *builder) uidSet(uids []uint32) *nftables.Set {
+	if len(uids) == 0 {
+		return nil
+	}
+	set := &nftables.Set{Table: b.rs.table, Name: setUIDs, KeyType: nftables.TypeUID, KeyByteOrder: binaryutil.NativeEndian}
+	var elems []nftables.SetElement
+	for _, u := range uids {
+		elems = append(elems, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(u)})
+	}
+	return b.addSet(set, elems)
+}
+
+// addSet gives the set a batch-local ID, so that rules in the same batch can
+// refer to it, and keeps AddSet from drawing on the library's global counter.
+func (b *builder) addSet(set *nftables.Set, elems []nftables.SetElement) *nftables.Set {
+	set.ID = uint32(len(b.rs.sets) + 1)
+	b.rs.sets = append(b.rs.sets, setDef{set: set, elems: elems})
+	return set
+}
+
+// rule assembles match, an anonymous counter (per-rule figures for `show`),
+// the named counter when one is given, and the verdict.
+func (b *builder) rule(match []expr.Any, counter string, v *expr.Verdict) []expr.Any {
+	r := append(append([]expr.Any{}, match...), &expr.Counter{})
+	if counter != "" {
+		b.used[counter] = true
+		r = append(r, &expr.Objref{Type: int(nftables.ObjTypeCounter), Name: counter})
+	}
+	return append(r, v)
+}
+
+func baseChain(t *nftables.Table, name string, hook *nftables.ChainHook) *nftables.Chain {
+	// Policy accept: the wall judges only sandbox traffic; the sandbox
+	// chains it jumps to always end in drop.
+	policy := nftables.ChainPolicyAccept
+	return &nftables.Chain{Table: t, Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook,
+		Priority: nftables.ChainPriorityRef(filterPriority), Policy: &policy}
+}
+
+func regularChain(t *nftables.Table, name string) *nftables.Chain {
+	return &nftables.Chain{Table: t, Name: name}
+}
+
+func verdict(k expr.VerdictKind) *expr.Verdict { return &expr.Verdict{Kind: k} }
+
+func jump(chain string) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// ifname matches an interface name: a prefix (nft "egsbx*") compares only
+// the given bytes; an exact name compares all IFNAMSIZ bytes, NUL-padded.
+func ifname(key expr.MetaKey, name string, prefix bool) []expr.Any {
+	data := []byte(name)
+	if !prefix {
+		data = make([]byte, unix.IFNAMSIZ)
+		copy(data, name)
+	}
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data},
+	}
+}
+
+// IPv4 and IPv6 header offsets.
+const (
+	ip4SaddrOff = 12
+	ip4DaddrOff = 16
+	ip6HopOff   = 7
+	ip6SaddrOff = 8
+	ip6DaddrOff = 24
+
+	ndNeighborSolicit = 135
+	ndNeighborAdvert  = 136
+)
+
+// addrMatch is "ip saddr @set" and its relatives; the nfproto check keeps an
+// IPv4 offset from being read in an IPv6 header in the inet family.
+func addrMatch(v6, src bool, set *nftables.Set) []expr.Any {
+	proto, off, n := byte(unix.NFPROTO_IPV4), uint32(ip4DaddrOff), uint32(4)
+	switch {
+	case v6 && src:
+		proto, off, n = unix.NFPROTO_IPV6, ip6SaddrOff, 16
+	case v6:
+		proto, off, n = unix.NFPROTO_IPV6, ip6DaddrOff, 16
+	case src:
+		off = ip4SaddrOff
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	}
+}
+
+// dport is "tcp dport N" / "udp dport N". meta l4proto skips IPv6 extension
+// headers, and the transport payload fails to load on a non-first fragment,
+// so a fragment never matches an accept.
+func dport(proto byte, port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}
+}
+
+// ndMatch is "ip6 hoplimit 255 icmpv6 type T".
+func ndMatch(typ byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ip6HopOff, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{255}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+	}
+}

@@ -1,0 +1,190 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// NSExecCommand returns the command that runs argv inside the network
+// namespace at nsPath, with resolvConf ("" for none) bind-mounted over
+// /etc/resolv.conf in a private mount namespace: self (normally
+// "/proc/self/exe") re-executed as `self __nsexec NSPATH RESOLVCONF --
+// ARGV...`, whose main must hand os.Args[2:] to [NSExecMain]. The caller
+// sets Env, Stdin, Stdout and Stderr. argv[0] is looked up in PATH inside
+// the child.
+//
+// The command keeps the caller's credentials. A root command can setns(2)
+// back into the host's namespaces through /proc; a command that must stay
+// sealed has to run unprivileged: use [NSExecCommandAs].
+func NSExecCommand(self, nsPath, resolvConf string, argv []string) *exec.Cmd {
+	return NSExecCommandAs(self, nsPath, resolvConf, nil, argv)
+}
+
+// NSExecCommandAs is [NSExecCommand] that also switches to cred (uid, gid,
+// supplementary groups) after entering the namespace and sets
+// no_new_privs, so set-uid binaries cannot regain the privileges needed to
+// leave it. A nil cred keeps the caller's credentials.
+func NSExecCommandAs(self, nsPath, resolvConf string, cred *syscall.Credential, argv []string) *exec.Cmd {
+	args := []string{NSExecArg}
+	if cred != nil {
+		gs := make([]string, len(cred.Groups))
+		for i, g := range cred.Groups {
+			gs[i] = strconv.FormatUint(uint64(g), 10)
+		}
+		args = append(args,
+			"--uid="+strconv.FormatUint(uint64(cred.Uid), 10),
+			"--gid="+strconv.FormatUint(uint64(cred.Gid), 10),
+			"--groups="+strings.Join(gs, ","))
+	}
+	args = append(args, nsPath, resolvConf, "--")
+	return exec.Command(self, append(args, argv...)...)
+}
+
+// NSExecMain is the child half of [NSExecCommand]; args are the arguments
+// after NSExecArg (os.Args[2:]). It unshares the mount namespace, makes /
+// private (recursively) so nothing propagates back to the host,
+// bind-mounts the resolv.conf read-only over /etc/resolv.conf, enters the
+// network namespace, drops credentials if asked, and execs the command. It
+// returns only on error; it refuses to exec in the namespace it was started
+// in or in the root network namespace.
+func NSExecMain(args []string) error {
+	cred, rest, err := parseNSExecFlags(args)
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
+	}
+	if len(rest) < 4 || rest[2] != "--" || rest[0] == "" {
+		return fmt.Errorf("sandbox: nsexec: usage: %s [--uid=N --gid=N --groups=G,...] NSPATH RESOLVCONF -- CMD [ARGS...]", NSExecArg)
+	}
+	nsPath, resolvConf, argv := rest[0], rest[1], rest[3:]
+
+	// Namespaces belong to the thread; exec keeps the calling thread's. The
+	// lock is never released: this thread execs or the process exits.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("sandbox: nsexec: unshare mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("sandbox: nsexec: make / private: %w", err)
+	}
+	if resolvConf != "" {
+		if err := unix.Mount(resolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("sandbox: nsexec: bind-mount %s over /etc/resolv.conf: %w", resolvConf, err)
+		}
+		if err := unix.Mount("", "/etc/resolv.conf", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("sandbox: nsexec: make /etc/resolv.conf read-only: %w", err)
+		}
+	}
+	// Never run the command unsandboxed: not in the namespace egressd runs
+	// in, nor in the machine's own.
+	refuse := map[uint64]string{}
+	if root, err := RootCookie(); err == nil {
+		refuse[root] = "the root network namespace"
+	}
+	started, err := threadCookie()
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
+	}
+	refuse[started] = "the caller's network namespace"
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: open %s: %w", nsPath, err)
+	}
+	err = unix.Setns(fd, unix.CLONE_NEWNET)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: enter %s: %w", nsPath, err)
+	}
+	got, err := threadCookie()
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
+	}
+	if what, ok := refuse[got]; ok {
+		return fmt.Errorf("sandbox: nsexec: %s is %s: refusing", nsPath, what)
+	}
+	if cred != nil {
+		if err := dropCredentials(cred); err != nil {
+			return fmt.Errorf("sandbox: nsexec: %w", err)
+		}
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
+	}
+	if err := syscall.Exec(path, argv, os.Environ()); err != nil {
+		return fmt.Errorf("sandbox: nsexec: exec %s: %w", path, err)
+	}
+	return nil // not reached
+}
+
+func parseNSExecFlags(args []string) (*syscall.Credential, []string, error) {
+	var cred *syscall.Credential
+	var uid, gid bool
+	for len(args) > 0 && strings.HasPrefix(args[0], "--") && args[0] != "--" {
+		k, v, _ := strings.Cut(strings.TrimPrefix(args[0], "--"), "=")
+		if cred == nil {
+			cred = &syscall.Credential{Groups: []uint32{}}
+		}
+		switch k {
+		case "uid", "gid":
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				return nil, nil, fmt.Errorf("flag %s: %w", args[0], err)
+			}
+			if k == "uid" {
+				cred.Uid, uid = uint32(n), true
+			} else {
+				cred.Gid, gid = uint32(n), true
+			}
+		case "groups":
+			for _, g := range strings.Split(v, ",") {
+				if g == "" {
+					continue
+				}
+				n, err := strconv.ParseUint(g, 10, 32)
+				if err != nil {
+					return nil, nil, fmt.Errorf("flag %s: %w", args[0], err)
+				}
+				cred.Groups = append(cred.Groups, uint32(n))
+			}
+		default:
+			return nil, nil, fmt.Errorf("unknown flag %s", args[0])
+		}
+		args = args[1:]
+	}
+	if cred != nil && (!uid || !gid) {
+		return nil, nil, errors.New("--uid and --gid go together")
+	}
+	return cred, args, nil
+}
+
+// dropCredentials switches every thread to cred (the syscall package's
+// setters apply process-wide) and sets no_new_privs.
+func dropCredentials(cred *syscall.Credential) error {
+	gs := make([]int, len(cred.Groups))
+	for i, g := range cred.Groups {
+		gs[i] = int(g)
+	}
+	if err := syscall.Setgroups(gs); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(int(cred.Gid)); err != nil {
+		return fmt.Errorf("setgid %d: %w", cred.Gid, err)
+	}
+	if err := syscall.Setuid(int(cred.Uid)); err != nil {
+		return fmt.Errorf("setuid %d: %w", cred.Uid, err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,13 @@
+//go:build unix && !linux
+
+package sandbox
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// NSExecCommandAs returns a command that fails: it is Linux-only.
+func NSExecCommandAs(self, nsPath, resolvConf string, cred *syscall.Credential, argv []string) *exec.Cmd {
+	return exec.Command(self, NSExecArg)
+}
