@@ -45,6 +45,10 @@ type Options struct {
 	// Walls applies the kernel rules for a policy (nil: no walls managed
 	// here). Called on start and on every reload, before Verify.
 	Walls func(ctx context.Context, p *policy.Policy) error
+	// WallsCheck reads the walls back and repairs drift (tampering), on
+	// start and every WallsInterval; nil: no drift check.
+	WallsCheck    func(ctx context.Context, p *policy.Policy) (drift []string, err error)
+	WallsInterval time.Duration // 0: 30s
 	// Verify runs the self-test against the applied policy and walls. Nil
 	// with NoSelftest false is refused by New: readiness needs a proof.
 	Verify func(ctx context.Context, p *policy.Policy) Verdict
@@ -75,6 +79,7 @@ type Daemon struct {
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
 
 	reloads    *prometheus.CounterVec
+	drift      prometheus.Counter
 	selftests  *prometheus.CounterVec
 	lastSealed prometheus.Gauge
 
@@ -98,7 +103,8 @@ func New(opt Options) (*Daemon, error) {
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
-	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed)
+	d.drift = prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_walls_drift_total", Help: "Times the kernel walls differed from the spec (tampering or drift) and were re-applied."})
+	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift)
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
 
@@ -187,10 +193,22 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	d.boot(ctx)
 	tick := time.NewTicker(p.Selftest.Interval)
 	defer tick.Stop()
+	var wallsTick <-chan time.Time
+	if d.opt.WallsCheck != nil {
+		iv := d.opt.WallsInterval
+		if iv <= 0 {
+			iv = 30 * time.Second
+		}
+		wt := time.NewTicker(iv)
+		defer wt.Stop()
+		wallsTick = wt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return d.shutdown()
+		case <-wallsTick:
+			d.checkWalls(ctx)
 		case err := <-errc:
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.shutdown()
@@ -339,4 +357,19 @@ func upstreamRoots(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("upstream_ca %s: no PEM certificates", path)
 	}
 	return pool, nil
+}
+
+// checkWalls compares the kernel walls with the spec and repairs drift.
+func (d *Daemon) checkWalls(ctx context.Context) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	drift, err := d.opt.WallsCheck(ctx, d.Policy())
+	if len(drift) > 0 {
+		d.drift.Inc()
+		d.log.Error("walls drifted from the spec and were re-applied", "drift", drift, "repair_err", err)
+		return
+	}
+	if err != nil {
+		d.log.Error("checking the walls", "err", err)
+	}
 }

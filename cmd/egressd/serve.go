@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
@@ -40,6 +41,8 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	stateDir := fs.String("state-dir", defaultStateDir(), "directory for egressd's CA and self-test history")
 	noSelftest := fs.Bool("no-selftest", false, "serve without the self-test (reported at every start and in /readyz)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	wallsEvery := fs.Duration("walls-interval", 30*time.Second, "how often --walls reads the table back and repairs drift")
+	walls := fs.Bool("walls", false, "apply the nftables walls for the config's sandbox settings in this namespace (root), keep them in sync, and leave them in place on exit")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
 		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--no-selftest]")
 		return exitUsage
@@ -59,6 +62,10 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		Logger:     log,
 		CA:         authority,
 		NoSelftest: *noSelftest,
+	}
+	if *walls {
+		wireWalls(&opt)
+		opt.WallsInterval = *wallsEvery
 	}
 	wireSelftest(&opt, *stateDir)
 	d, err := daemon.New(opt)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 )
@@ -48,6 +49,24 @@ func wallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		return s, errors.New("listen.proxy on an unspecified address: the walls need the concrete gateway address the sandboxes use")
 	}
 	return s, s.Validate()
+}
+
+// wireWalls makes serve own the walls: applied (only if they differ, so
+// counters survive) at start and on every reload, read back and repaired
+// on a timer.
+func wireWalls(opt *daemon.Options) {
+	ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {
+		s, err := wallSpec(p)
+		if err != nil {
+			return nil, err
+		}
+		return nft.Ensure(nft.CurrentNamespace, s)
+	}
+	opt.Walls = func(ctx context.Context, p *policy.Policy) error {
+		_, err := ensure(ctx, p)
+		return err
+	}
+	opt.WallsCheck = ensure
 }
 
 func listenAddr(hp string) (netip.Addr, uint16, error) {
@@ -108,7 +127,7 @@ func cmdNft(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "egressd nft apply: %v\n", err)
 			return exitUsage
 		}
-		if err := nft.Apply(nft.CurrentNamespace, s); err != nil {
+		if _, err := nft.Ensure(nft.CurrentNamespace, s); err != nil {
 			fmt.Fprintf(stderr, "egressd nft apply: %v\n", err)
 			return exitUsage
 		}

@@ -1,0 +1,140 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"io"
+
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/internal/testnet"
+	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/sandbox"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// TestServeWalls runs `egressd serve --walls` in the gateway namespace of
+// the test topology: the sandbox reaches the origin only through the proxy,
+// and a wall removed behind egressd's back is put back by the drift check.
+func TestServeWalls(t *testing.T) {
+	topo := testnet.New(t, testnet.WithRecords(map[string][]netip.Addr{"allowed.test": {testnet.OriginAddr4}}))
+	bin := buildEgressd(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	cfg := filepath.Join(dir, "egressd.yaml")
+	os.WriteFile(cfg, []byte(`version: 1
+listen:
+  proxy: 198.51.100.1:3128
+  dns: 198.51.100.1:53
+  admin: 198.51.100.1:9090
+resolver:
+  upstreams: ["203.0.113.53:53"]
+sandbox:
+  interface_prefix: `+topo.IfPrefix+`
+allow:
+  - name: origin
+    hosts: [allowed.test]
+    cidrs: [203.0.113.0/24]
+    pages: ["*"]
+`), 0o644)
+	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", []string{bin, "serve", "--walls", "--walls-interval", "200ms", "--no-selftest", "--config", cfg, "--state-dir", filepath.Join(dir, "state")})
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		nft.Down(topo.Gateway.Fd(), nft.DefaultTable) // the walls outlive serve by design
+		if t.Failed() {
+			t.Logf("serve logs:\n%s", logs.String())
+		}
+	})
+	proxyURL := &url.URL{Scheme: "http", Host: "198.51.100.1:3128"}
+	client := topo.HTTPClientInSandbox(proxyURL, nil)
+	client.Timeout = 5 * time.Second
+	var resp *http.Response
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if resp, err = client.Get("http://allowed.test/walled"); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("through the proxy: %d", resp.StatusCode)
+	}
+	direct := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		defer cancel()
+		c, err := topo.DialFromSandbox(ctx, "tcp", "203.0.113.100:80")
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if direct() == nil {
+		t.Fatal("direct TCP from the sandbox connected with the walls up")
+	}
+	// behind egressd's back: remove the table; the direct route opens...
+	if err := nft.Down(topo.Gateway.Fd(), nft.DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	// ...and the drift check closes it again
+	var repaired bool
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if drift, err := nft.Counters(topo.Gateway.Fd(), nft.DefaultTable); err == nil && drift != nil {
+			repaired = true
+			break
+		}
+	}
+	if !repaired {
+		t.Fatal("the removed table was not re-applied")
+	}
+	if direct() == nil {
+		t.Fatal("direct TCP connected after the repair")
+	}
+	if !strings.Contains(logs.String(), "walls drifted from the spec") {
+		t.Errorf("the repair was not logged")
+	}
+	// the admin endpoint is reached from the gateway itself, over its lo
+	if h, err := netlink.NewHandleAt(netns.NsHandle(topo.Gateway.Fd())); err == nil {
+		if lo, err := h.LinkByName("lo"); err == nil {
+			h.LinkSetUp(lo)
+		}
+		h.Close()
+	}
+	var metrics string
+	gwClient := &http.Client{Transport: &http.Transport{DialContext: topo.GatewayDialer().DialContext}, Timeout: 5 * time.Second}
+	if r, err := gwClient.Get("http://198.51.100.1:9090/metrics"); err == nil {
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		metrics = string(b)
+	}
+	if !strings.Contains(metrics, "egressd_walls_drift_total 1") && !strings.Contains(metrics, "egressd_walls_drift_total 2") {
+		t.Errorf("drift metric: %q", grepLine(metrics, "egressd_walls_drift_total"))
+	}
+}
+
+func grepLine(s, prefix string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
