@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,6 +85,7 @@ type Daemon struct {
 	lastSealed prometheus.Gauge
 
 	proxyAddr, dnsAddr, adminAddr string
+	closers                       []io.Closer
 }
 
 // New loads the config and builds the components; Run starts them.
@@ -159,6 +161,21 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	}
 	d.proxyAddr = pl.Addr().String()
 	go func() { errc <- d.px.Serve(pl) }()
+	for _, tr := range []struct {
+		addr  string
+		port  uint16
+		serve func(net.Listener, uint16) error
+	}{{p.Listen.Transparent, 443, d.px.ServeTransparentTLS}, {p.Listen.TransparentHTTP, 80, d.px.ServeTransparentHTTP}} {
+		if tr.addr == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", tr.addr)
+		if err != nil {
+			return fmt.Errorf("listen transparent %s: %w", tr.addr, err)
+		}
+		d.closers = append(d.closers, l)
+		go func() { errc <- tr.serve(l, tr.port) }()
+	}
 	if d.dns != nil {
 		udp, err := net.ListenPacket("udp", p.Listen.DNS)
 		if err != nil {
@@ -224,6 +241,9 @@ func (d *Daemon) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	errs := []error{d.px.Shutdown(ctx)}
+	for _, c := range d.closers {
+		c.Close()
+	}
 	if d.dns != nil {
 		errs = append(errs, d.dns.Shutdown(ctx))
 	}

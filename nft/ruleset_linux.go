@@ -21,6 +21,8 @@ const (
 	chainSbxIn   = "sbx_in"
 	chainSbxFwd  = "sbx_fwd"
 	chainSbxOut  = "sbx_out"
+	chainNAT     = "prerouting"
+	chainSbxNAT  = "sbx_nat"
 
 	setSrc4  = "src4"
 	setSrc6  = "src6"
@@ -109,6 +111,9 @@ func build(s Spec) (*ruleset, error) {
 			for _, p := range s.ExtraPorts {
 				rules = append(rules, b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, p)), CounterAcceptExtra, verdict(expr.VerdictAccept)))
 			}
+			for _, r := range s.Redirects {
+				rules = append(rules, b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, r.To)), CounterAcceptExtra, verdict(expr.VerdictAccept)))
+			}
 		}
 		return rules
 	}
@@ -155,6 +160,24 @@ func build(s Spec) (*ruleset, error) {
 			chainDef{chain: regularChain(rs.table, chainSbxFwd), rules: fwd},
 		)
 	}
+	if len(s.Redirects) > 0 {
+		// Transparent mode: rewrite the destination before routing, so the
+		// connection arrives at the gateway's own listener and the input
+		// chain (which accepts the target ports) judges it; nothing of it
+		// is forwarded.
+		var nat [][]expr.Any
+		for _, r := range s.Redirects {
+			nat = append(nat, b.rule(dport(unix.IPPROTO_TCP, r.From), CounterRedirect, nil,
+				&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(r.To)},
+				// max register and flags (NF_NAT_RANGE_PROTO_SPECIFIED) as
+				// the kernel reports them back, so Check sees no drift
+				&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: 2}))
+		}
+		rs.chains = append(rs.chains,
+			chainDef{chain: natChain(rs.table, chainNAT), rules: classify(chainSbxNAT, false)},
+			chainDef{chain: regularChain(rs.table, chainSbxNAT), rules: nat},
+		)
+	}
 	if uids := sets[setUIDs]; uids != nil {
 		out := append(highRisk(), services()...)
 		out = append(out, b.rule(nil, CounterDropOutputUID, verdict(expr.VerdictDrop)))
@@ -171,7 +194,7 @@ func build(s Spec) (*ruleset, error) {
 
 	// Counters in a fixed order, only those a rule refers to.
 	for _, n := range []string{CounterDropHighRisk, CounterDropInput, CounterDropForward, CounterDropOutputUID,
-		CounterAcceptProxy, CounterAcceptDNS, CounterAcceptExtra, CounterAcceptND} {
+		CounterAcceptProxy, CounterAcceptDNS, CounterAcceptExtra, CounterAcceptND, CounterRedirect} {
 		if b.used[n] {
 			rs.counters = append(rs.counters, n)
 		}
@@ -229,13 +252,18 @@ func (b *builder) addSet(set *nftables.Set, elems []nftables.SetElement) *nftabl
 
 // rule assembles match, an anonymous counter (per-rule figures for `show`),
 // the named counter when one is given, and the verdict.
-func (b *builder) rule(match []expr.Any, counter string, v *expr.Verdict) []expr.Any {
+// rule is match, an anonymous and (if named) a named counter, then the
+// verdict v or, when v is nil, the terminal statements in tail.
+func (b *builder) rule(match []expr.Any, counter string, v *expr.Verdict, tail ...expr.Any) []expr.Any {
 	r := append(append([]expr.Any{}, match...), &expr.Counter{})
 	if counter != "" {
 		b.used[counter] = true
 		r = append(r, &expr.Objref{Type: int(nftables.ObjTypeCounter), Name: counter})
 	}
-	return append(r, v)
+	if v != nil {
+		r = append(r, v)
+	}
+	return append(r, tail...)
 }
 
 func baseChain(t *nftables.Table, name string, hook *nftables.ChainHook) *nftables.Chain {
@@ -244,6 +272,13 @@ func baseChain(t *nftables.Table, name string, hook *nftables.ChainHook) *nftabl
 	policy := nftables.ChainPolicyAccept
 	return &nftables.Chain{Table: t, Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook,
 		Priority: nftables.ChainPriorityRef(filterPriority), Policy: &policy}
+}
+
+// natChain is the prerouting hook of transparent mode, at dstnat priority.
+func natChain(t *nftables.Table, name string) *nftables.Chain {
+	policy := nftables.ChainPolicyAccept
+	return &nftables.Chain{Table: t, Name: name, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting,
+		Priority: nftables.ChainPriorityNATDest, Policy: &policy}
 }
 
 func regularChain(t *nftables.Table, name string) *nftables.Chain {

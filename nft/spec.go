@@ -34,6 +34,7 @@ const (
 	CounterAcceptDNS     = "accept_dns"      // sandbox packet to the DNS port
 	CounterAcceptExtra   = "accept_extra"    // sandbox packet to one of ExtraPorts
 	CounterAcceptND      = "accept_nd"       // IPv6 neighbour discovery from a sandbox link
+	CounterRedirect      = "redirect"        // sandbox connection redirected to a transparent listener
 )
 
 // ErrNoTable is returned (wrapped) by Down, Show and Counters when the table
@@ -78,9 +79,23 @@ type Spec struct {
 	// a transparent listener); empty means none.
 	ExtraPorts []uint16
 
+	// Redirects send a sandbox's TCP connections for a port (to any
+	// address) to a port on the gateway instead: transparent mode, for
+	// clients that ignore proxy settings. The kernel rewrites the
+	// destination to the address of the interface the packet came in on;
+	// the target ports are accepted like ExtraPorts. Needs IfPrefixes or
+	// SourceCIDRs (local-user sandboxes are not redirected).
+	Redirects []Redirect
+
 	// HighRisk destinations are dropped for sandbox traffic by a rule of
 	// their own that runs before any accept, even for gateway addresses.
 	HighRisk []netip.Prefix
+}
+
+// Redirect is one transparent-mode port mapping: sandbox TCP to any
+// address on From goes to the gateway's To.
+type Redirect struct {
+	From, To uint16
 }
 
 // TableName returns the table name the spec installs.
@@ -191,6 +206,21 @@ func (s Spec) Validate() error {
 		seenPort[s.DNSPort] = "DNSPort"
 	} else if s.DNSPort != 0 {
 		bad("DNSPort: %d is also ProxyPort", s.DNSPort)
+	}
+	if len(s.Redirects) > maxExtraPorts {
+		bad("Redirects: %d entries, at most %d", len(s.Redirects), maxExtraPorts)
+	}
+	if len(s.Redirects) > 0 && len(s.IfPrefixes) == 0 && len(s.SourceCIDRs) == 0 {
+		bad("Redirects need IfPrefixes or SourceCIDRs: only link sandboxes are redirected")
+	}
+	for i, r := range s.Redirects {
+		if r.From == 0 || r.To == 0 {
+			bad("Redirects[%d]: port 0", i)
+		}
+		if other, dup := seenPort[r.To]; dup {
+			bad("Redirects[%d]: target %d is already %s", i, r.To, other)
+		}
+		seenPort[r.To] = fmt.Sprintf("Redirects[%d]", i)
 	}
 	for i, p := range s.ExtraPorts {
 		if p == 0 {

@@ -5,6 +5,7 @@ package nft
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net/netip"
@@ -523,6 +524,12 @@ func describeRule(exprs []expr.Any, counts bool) string {
 			}
 			if l, ok := next.(*expr.Lookup); ok && l.SourceRegister == e.DestRegister && !l.IsDestRegSet {
 				say(field + " " + lookupText(l))
+				i++
+				continue
+			}
+		case *expr.Immediate:
+			if r, ok := next.(*expr.Redir); ok && r.RegisterProtoMin == e.Register && r.RegisterProtoMax == e.Register && r.Flags == 2 && len(e.Data) == 2 {
+				say(fmt.Sprintf("redirect to :%d", binary.BigEndian.Uint16(e.Data)))
 				i++
 				continue
 			}

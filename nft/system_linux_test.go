@@ -452,3 +452,38 @@ func BenchmarkApply(b *testing.B) {
 		})
 	}
 }
+
+// TestSystemRedirect: transparent-mode redirects install, read back
+// without drift (the kernel reports the NAT flags we send), and a removed
+// redirect rule is seen as drift.
+func TestSystemRedirect(t *testing.T) {
+	ns, _ := newNS(t)
+	s := Spec{
+		Table:      "egressd_redirect",
+		IfPrefixes: []string{"egsbx"},
+		Gateways:   []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:1::1")},
+		ProxyPort:  3128, DNSPort: 53,
+		Redirects: []Redirect{{From: 443, To: 3129}, {From: 80, To: 3130}},
+		HighRisk:  []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32")},
+	}
+	if err := Apply(ns, s); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if d, err := Check(ns, s); err != nil || len(d) != 0 {
+		t.Fatalf("Check after Apply: %q, %v; want no drift", d, err)
+	}
+	text, err := Show(ns, s.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"type nat hook prerouting priority -100", "counter name \"redirect\" redirect to :3129", "tcp dport 3129"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("Show lacks %q:\n%s", want, text)
+		}
+	}
+	without := s
+	without.Redirects = s.Redirects[:1]
+	if d, _ := Check(ns, without); len(d) == 0 {
+		t.Errorf("Check with one redirect fewer: no drift reported")
+	}
+}

@@ -52,10 +52,11 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 		c.errf(raw.Version.Line, "version", "unsupported version %d: this egressd reads version 1", raw.Version.V)
 	}
 	p.Listen = Listen{
-		Proxy:       c.hostPort(raw.Listen.Proxy, "listen.proxy", "127.0.0.1:3128"),
-		DNS:         c.hostPort(raw.Listen.DNS, "listen.dns", ""),
-		Admin:       c.hostPort(raw.Listen.Admin, "listen.admin", "127.0.0.1:9090"),
-		Transparent: c.hostPort(raw.Listen.Transparent, "listen.transparent", ""),
+		Proxy:           c.hostPort(raw.Listen.Proxy, "listen.proxy", "127.0.0.1:3128"),
+		DNS:             c.hostPort(raw.Listen.DNS, "listen.dns", ""),
+		Admin:           c.hostPort(raw.Listen.Admin, "listen.admin", "127.0.0.1:9090"),
+		Transparent:     c.hostPort(raw.Listen.Transparent, "listen.transparent", ""),
+		TransparentHTTP: c.hostPort(raw.Listen.TransparentHTTP, "listen.transparent_http", ""),
 	}
 	for i, u := range raw.Resolver.Upstreams {
 		if ap, ok := c.addrPort(u, fmt.Sprintf("resolver.upstreams[%d]", i), 53); ok {

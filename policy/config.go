@@ -42,10 +42,11 @@ type rawConfig struct {
 }
 
 type rawListen struct {
-	Proxy       at[string] `yaml:"proxy"`
-	DNS         at[string] `yaml:"dns"`
-	Admin       at[string] `yaml:"admin"`
-	Transparent at[string] `yaml:"transparent"`
+	Proxy           at[string] `yaml:"proxy"`
+	DNS             at[string] `yaml:"dns"`
+	Admin           at[string] `yaml:"admin"`
+	Transparent     at[string] `yaml:"transparent"`
+	TransparentHTTP at[string] `yaml:"transparent_http"`
 }
 
 type rawResolver struct {

@@ -36,10 +36,11 @@ type Policy struct {
 
 // Listen holds the listen addresses ("host:port"); empty means off.
 type Listen struct {
-	Proxy       string
-	DNS         string
-	Admin       string
-	Transparent string
+	Proxy           string
+	DNS             string
+	Admin           string
+	Transparent     string // transparent TLS: sandbox TCP 443 is redirected here
+	TransparentHTTP string // transparent HTTP: sandbox TCP 80 is redirected here
 }
 
 // Resolver lists the DNS servers the proxy and DNS filter forward to; empty

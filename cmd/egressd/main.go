@@ -25,7 +25,8 @@ const (
 const usage = `usage: egressd <command> [flags]
 
 commands:
-  serve     [--config FILE] [--state-dir DIR]   run the proxy, DNS filter and admin endpoint
+  serve     [--config FILE] [--state-dir DIR] [--walls] [--audit-log FILE] [--no-selftest]
+                                                run the proxy, DNS filter and admin endpoint
   run       [--config FILE] -- CMD [ARGS]       run CMD in a sealed sandbox namespace (root)
   check     [--config FILE] [--method M] [--content-type T] [--json] TARGET
                                                 the decision for a URL or host:port, offline
@@ -34,6 +35,9 @@ commands:
   nft       apply|show|down [--config FILE]     the kernel walls
   report    [--config FILE] [--state-dir DIR]   evidence pack for auditors (Markdown)
   ca        export [--state-dir DIR]            print egressd's CA certificate
+  audit     verify [--live] [--strict] [--anchor SEQ:HASH] FILE
+                                                check a hash-chained audit log
+  healthcheck URL                               exit 0 when URL answers 200 (container HEALTHCHECK)
 `
 
 func main() {

@@ -1,8 +1,653 @@
 package main
 
-import "github.com/egressd/egressd/daemon"
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
-// wireSelftest connects the self-test to serve's boot, reload and schedule.
-// Until the probe catalog lands (issue 5) there is nothing to wire, and
-// serve requires --no-selftest, which it reports on every start.
-func wireSelftest(_ *daemon.Options, _ string) {}
+	"github.com/egressd/egressd/ca"
+	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/sandbox"
+	"github.com/egressd/egressd/selftest"
+)
+
+func init() { commands["selftest"] = cmdSelftest }
+
+// historyFile, in the state directory, gets one JSON line per self-test run
+// (selftest command and serve alike); `egressd report` reads it.
+const historyFile = "selftest-history.jsonl"
+
+// probeNSPrefix names the probe namespaces; CleanupStale removes those of
+// dead processes.
+const probeNSPrefix = "egprobe-"
+
+// unlistedName is a name no allow rule should cover: the CONNECT probe's
+// target and the SNI a fronting probe offers. .invalid never resolves
+// (RFC 6761), so even a leak reaches nobody.
+const unlistedName = "egressd-selftest-unlisted.invalid"
+
+// metadataNames are metadata host names the proxy must refuse.
+var metadataNames = []string{"metadata.google.internal"}
+
+// needsRoot is why the direct-route probes do not run without root.
+const needsRoot = "needs root: the direct-route probes run from a probe namespace wired like a sandbox; run `sudo egressd selftest` (or serve as root)"
+
+func cmdSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("selftest", stderr)
+	cfg := configFlag(fs)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	stateDir := fs.String("state-dir", defaultStateDir(), "directory holding egressd's CA and the self-test history")
+	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
+		fmt.Fprintln(stderr, "usage: egressd selftest [--config FILE] [--json] [--state-dir DIR]")
+		return exitUsage
+	}
+	p, err := loadPolicy(*cfg)
+	if err != nil {
+		printConfigError(stderr, err)
+		return exitUsage
+	}
+	rep, mode, err := runSelftest(ctx, p, *stateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd selftest: could not run: %v\n", err)
+		return exitUsage
+	}
+	if err := recordRun(*stateDir, "selftest", mode, p, rep); err != nil {
+		fmt.Fprintf(stderr, "egressd selftest: %v\n", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		enc.Encode(rep)
+	} else {
+		rep.WriteTable(stdout)
+	}
+	if mode == modeLoopback && os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "egressd selftest: not root: only the probes through the proxy and the resolver ran, from loopback; the direct-route probes need a probe namespace: run `sudo egressd selftest`")
+	}
+	switch rep.Outcome() {
+	case selftest.OutcomeSealed:
+		return exitOK
+	case selftest.OutcomeLeak:
+		return exitDeny
+	}
+	return exitUsage
+}
+
+// wireSelftest connects the self-test to serve: boot, reload and schedule
+// all run the catalog (from a probe namespace as root; from loopback, with
+// the direct-route probes reported as not run, otherwise), append the run
+// to the history, and turn the report into the daemon's verdict. An
+// incomplete run is never a sealed one.
+func wireSelftest(opt *daemon.Options, stateDir string) {
+	if opt.NoSelftest {
+		return
+	}
+	log := opt.Logger
+	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
+		rep, mode, err := runSelftest(ctx, p, stateDir)
+		if err == nil {
+			if herr := recordRun(stateDir, "serve", mode, p, rep); herr != nil && log != nil {
+				log.Error("self-test history", "err", herr)
+			}
+		}
+		v := verdict(rep, err)
+		if rep != nil && log != nil && !v.Sealed {
+			for _, r := range append(rep.Failures(), rep.Unfinished()...) {
+				log.LogAttrs(ctx, slog.LevelError, "self-test probe", slog.String("probe", r.ID), slog.String("status", string(r.Status)),
+					slog.String("route", r.Route), slog.String("target", r.Target), slog.String("result", r.Result), slog.String("detail", r.Detail))
+			}
+		}
+		return v
+	}
+	if p, err := opt.Load(); err == nil && opt.Webhook == "" {
+		opt.Webhook = p.Selftest.Webhook // read at start; a reload does not change it
+	}
+}
+
+// verdict maps a report to the daemon's verdict: sealed only if every probe
+// ran and passed; leaks and failed positive controls are named; a run with
+// probes that did not run or could not tell is an error, not a pass.
+func verdict(rep *selftest.Report, err error) daemon.Verdict {
+	if err != nil {
+		return daemon.Verdict{Err: err}
+	}
+	v := daemon.Verdict{Sealed: rep.Sealed()}
+	for _, r := range rep.Failures() {
+		v.Leaks = append(v.Leaks, r.ID+": "+r.Detail)
+	}
+	if u := rep.Unfinished(); len(u) > 0 && len(v.Leaks) == 0 {
+		v.Err = fmt.Errorf("self-test incomplete: %s", unfinishedSummary(u, len(rep.Results)))
+	}
+	return v
+}
+
+// unfinishedSummary groups the probes that did not finish by reason:
+// "17 of 36 probes not run: needs root: ...".
+func unfinishedSummary(u []selftest.Result, total int) string {
+	var reasons []string
+	n := map[string]int{}
+	for _, r := range u {
+		k := string(r.Status) + ": " + r.Detail
+		if n[k] == 0 {
+			reasons = append(reasons, k)
+		}
+		n[k]++
+	}
+	parts := make([]string, len(reasons))
+	for i, k := range reasons {
+		parts[i] = fmt.Sprintf("%d of %d probes %s", n[k], total, k)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Modes of a run: where the probes came from.
+const (
+	modeNamespace = "namespace" // a probe namespace wired like a sandbox
+	modeLoopback  = "loopback"  // egressd's own namespace: direct routes not run
+)
+
+// runSelftest runs the catalog for p. The error is for a run that could
+// not start (the probe namespace could not be built); probes that could not
+// run are in the report.
+func runSelftest(ctx context.Context, p *policy.Policy, stateDir string) (*selftest.Report, string, error) {
+	env, err := openProbeEnv(p)
+	if err != nil {
+		return nil, "", err
+	}
+	defer env.close()
+	c := selftestConfig(p, trustRoots(p, stateDir))
+	env.apply(&c)
+	rep, err := selftest.Run(ctx, c)
+	if err != nil {
+		return nil, "", err
+	}
+	return rep, env.mode, nil
+}
+
+// recordRun appends a run to the history in stateDir.
+func recordRun(stateDir, source, mode string, p *policy.Policy, rep *selftest.Report) error {
+	if err := appendHistory(stateDir, historyLine{Source: source, Mode: mode, Config: p.Source, Report: rep}); err != nil {
+		return fmt.Errorf("record self-test history in %s: %w", stateDir, err)
+	}
+	return nil
+}
+
+// historyLine is one line of the history file.
+type historyLine struct {
+	Source string           `json:"source"` // "selftest" or "serve"
+	Mode   string           `json:"mode"`   // modeNamespace or modeLoopback
+	Config string           `json:"config"` // the config file the run tested
+	Report *selftest.Report `json:"report"`
+}
+
+func appendHistory(stateDir string, h historyLine) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(stateDir, historyFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	// One write per line: O_APPEND keeps concurrent runs' lines whole.
+	_, werr := f.Write(append(b, '\n'))
+	return errors.Join(werr, f.Close())
+}
+
+// trustRoots verifies the positive controls: the system roots, the
+// config's upstream_ca, and egressd's own CA (inspected rules).
+func trustRoots(p *policy.Policy, stateDir string) *x509.CertPool {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	for _, f := range []string{p.UpstreamCA, filepath.Join(stateDir, "ca", ca.CertFile)} {
+		if f == "" {
+			continue
+		}
+		if pem, err := os.ReadFile(f); err == nil {
+			pool.AppendCertsFromPEM(pem)
+		}
+	}
+	return pool
+}
+
+// selftestConfig derives the catalog from the policy: the selftest keys,
+// plus requests the policy refuses on each mirror and page-type rule, a
+// fronting probe on a host-only rule, and the Host-header trick. The
+// socket hooks and the proxy and resolver addresses come from the probe
+// environment.
+func selftestConfig(p *policy.Policy, roots *x509.CertPool) selftest.Config {
+	st := &p.Selftest
+	c := selftest.Config{
+		TCP: st.TCP, UDP: st.UDP, IPv6: st.IPv6, Resolvers: st.Resolvers,
+		Metadata: st.Metadata, MetadataNames: metadataNames,
+		CanaryName: st.CanaryName, CanaryURL: st.CanaryURL, CanaryLog: st.CanaryLog,
+		ExpectReachable: st.ExpectReachable,
+		RootCAs:         roots,
+		Timeout:         st.Timeout,
+	}
+	seen := map[netip.Addr]bool{}
+	for _, list := range [][]netip.AddrPort{st.TCP, st.UDP, st.IPv6, st.Resolvers} {
+		for _, ap := range list {
+			if a := ap.Addr().Unmap(); !seen[a] {
+				seen[a] = true
+				c.ICMP = append(c.ICMP, a)
+			}
+		}
+	}
+	if t, err := policy.ParseAuthority(unlistedName + ":443"); err == nil && !p.DecideTarget(&t).Allow {
+		c.Unlisted = unlistedName + ":443"
+		c.SNIName = unlistedName
+	}
+	c.SNIHost = sniHost(p)
+	if c.SNIName == "" {
+		c.SNIHost = ""
+	}
+	if u := hostTrickURL(p, c.SNIHost); u != "" {
+		c.HostTrickURL = u
+		c.HostTrickHost = unlistedName
+		for _, a := range st.Metadata {
+			if a.Is4() {
+				c.HostTrickHost = a.String()
+				break
+			}
+		}
+	}
+	c.Refused = refusedRequests(p)
+	return c
+}
+
+// sniHost picks host:port of a spliced (host-only, TLS) tunnel: an
+// expect_reachable https URL if one is, else the first exact host of a
+// host-only rule on 443. "" when the policy has none: then no tunnel can
+// be fronted.
+func sniHost(p *policy.Policy) string {
+	spliced := func(hp string) bool {
+		t, err := policy.ParseAuthority(hp)
+		if err != nil || t.Addr.IsValid() {
+			return false
+		}
+		d := p.DecideTarget(&t)
+		return d.Allow && !d.Inspect && d.Rule.TLS
+	}
+	for _, s := range p.Selftest.ExpectReachable {
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme != "https" {
+			continue
+		}
+		hp := net.JoinHostPort(u.Hostname(), cmpOr(u.Port(), "443"))
+		if spliced(hp) {
+			return hp
+		}
+	}
+	for _, r := range p.Rules {
+		if h := ruleHost(r); h != "" && r.HostOnly() && r.TLS && r.AllowsPort(443) && spliced(h+":443") {
+			return h + ":443"
+		}
+	}
+	return ""
+}
+
+// hostTrickURL is an absolute http URL to an allowed host: the first
+// expect_reachable target, else the fronting probe's host.
+func hostTrickURL(p *policy.Policy, sni string) string {
+	for _, s := range p.Selftest.ExpectReachable {
+		if u, err := url.Parse(s); err == nil {
+			port := u.Port()
+			if port == "" {
+				port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+			}
+			return "http://" + net.JoinHostPort(u.Hostname(), port) + "/"
+		}
+	}
+	if sni != "" {
+		return "http://" + sni + "/"
+	}
+	return ""
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// ruleHost is a concrete host a rule covers: its first exact name, or a
+// name under its first wildcard; "" for "*" and cidrs-only rules.
+func ruleHost(r *policy.Rule) string {
+	for _, h := range r.Hosts {
+		if h != "*" && !strings.HasPrefix(h, "*.") {
+			return h
+		}
+	}
+	for _, h := range r.Hosts {
+		if s, ok := strings.CutPrefix(h, "*."); ok {
+			return "egressd-selftest." + s
+		}
+	}
+	return ""
+}
+
+// publish is, per mirror ecosystem, the request that publishes or uploads
+// to it. The probes carry no credentials and no real package: a registry
+// that ever received one would refuse it.
+var publish = map[policy.Mirror]struct{ method, path, ctype, body string }{
+	policy.MirrorPyPI:     {"POST", "/legacy/", "multipart/form-data; boundary=egressd", "--egressd\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n--egressd--\r\n"},
+	policy.MirrorNPM:      {"PUT", "/egressd-selftest", "application/json", `{"name":"egressd-selftest","versions":{}}`},
+	policy.MirrorCrates:   {"PUT", "/api/v1/crates/new", "application/octet-stream", "\x00\x00\x00\x00"},
+	policy.MirrorRubyGems: {"POST", "/api/v1/gems", "application/octet-stream", "egressd-selftest"},
+	policy.MirrorMaven:    {"PUT", "/maven2/org/egressd/selftest/0.0.0/selftest-0.0.0.jar", "application/java-archive", "egressd-selftest"},
+	policy.MirrorGoProxy:  {"PUT", "/example.com/egressd-selftest/@v/v0.0.0.zip", "application/zip", "egressd-selftest"},
+	policy.MirrorApt:      {"PUT", "/pool/main/e/egressd-selftest/egressd-selftest_0.0.0_all.deb", "application/vnd.debian.binary-package", "egressd-selftest"},
+	policy.MirrorOCI:      {"POST", "/v2/egressd/selftest/blobs/uploads/", "application/octet-stream", ""},
+	policy.MirrorGit:      {"POST", "/egressd/selftest.git/git-receive-pack", "application/x-git-receive-pack-request", "0000"},
+	policy.MirrorGeneric:  {"PUT", "/egressd-selftest", "application/octet-stream", "egressd-selftest"},
+}
+
+// pageProbes are the write pages a page-type rule must refuse unless it
+// allows that page type.
+var pageProbes = []struct {
+	page                      policy.PageType
+	method, path, ctype, body string
+}{
+	{policy.PageLogin, "POST", "/login", "application/x-www-form-urlencoded", "username=egressd-selftest&password=egressd-selftest"},
+	{policy.PageUpload, "POST", "/upload", "multipart/form-data; boundary=egressd", "--egressd\r\nContent-Disposition: form-data; name=\"file\"; filename=\"egressd-selftest.txt\"\r\n\r\negressd-selftest\r\n--egressd--\r\n"},
+	{policy.PagePosting, "POST", "/comments", "application/x-www-form-urlencoded", "comment=egressd-selftest"},
+}
+
+// refusedRequests derives, per mirror rule, a publish request to one of its
+// hosts and, per page-type rule, a login, an upload and a posting request
+// for each of those page types the rule does not allow. Each is checked
+// offline against the policy: only requests the policy itself refuses
+// become probes, with the reason the refusal must carry.
+func refusedRequests(p *policy.Policy) []selftest.Request {
+	var out []selftest.Request
+	add := func(id, route, base, method, path, ctype, body string) {
+		raw := base + path
+		t, err := policy.ParseURL(raw)
+		if err != nil {
+			return
+		}
+		d := p.DecideRequest(&t, method, ctype, int64(len(body)))
+		if d.Allow {
+			return
+		}
+		out = append(out, selftest.Request{ID: id, Route: route, Method: method, URL: raw, ContentType: ctype, Body: body, Reason: d.Reason.String()})
+	}
+	for _, r := range p.Rules {
+		host := ruleHost(r)
+		if host == "" {
+			continue
+		}
+		var base string
+		switch {
+		case r.AllowsPort(443):
+			base = "https://" + host
+		case r.AllowsPort(80):
+			base = "http://" + host
+		default:
+			continue
+		}
+		if r.Mirror != policy.MirrorNone {
+			if q, ok := publish[r.Mirror]; ok {
+				add("mirror-publish/"+r.Name, fmt.Sprintf("proxy: %s publish on mirror rule %s", r.Mirror, r.Name), base, q.method, q.path, q.ctype, q.body)
+			}
+			continue
+		}
+		if r.AllPages {
+			continue
+		}
+		for _, q := range pageProbes {
+			if !r.Pages.Has(q.page) {
+				add(fmt.Sprintf("page-%s/%s", q.page, r.Name), fmt.Sprintf("proxy: %s page on rule %s", q.page, r.Name), base, q.method, q.path, q.ctype, q.body)
+			}
+		}
+	}
+	return out
+}
+
+// probeEnv is where the probes run and how they reach the proxy and the
+// resolver.
+type probeEnv struct {
+	mode       string
+	dial       selftest.DialFunc
+	proxyDial  selftest.DialFunc
+	dnsDial    selftest.DialFunc
+	listenICMP func(string) (net.PacketConn, error)
+	proxy, dns netip.AddrPort
+	skip       string
+	close      func()
+}
+
+func (e *probeEnv) apply(c *selftest.Config) {
+	c.Dial, c.ProxyDial, c.ResolverDial, c.ListenICMP, c.SkipDirect = e.dial, probeConns.track(e.proxyDial), e.dnsDial, e.listenICMP, e.skip
+	c.Proxy, c.DNS = e.proxy, e.dns
+}
+
+var probeSeq atomic.Uint64
+
+// probeConns holds the local addresses of the self-test's open connections
+// to egressd's own proxy. The proxy refuses everything until the boot
+// self-test is sealed, which would include the self-test itself; with
+// proxy.Config.ReadyExempt = probeConns.has these connections, and only
+// they, pass the readiness gate.
+var probeConns = connSet{m: map[netip.AddrPort]int{}}
+
+type connSet struct {
+	mu sync.Mutex
+	m  map[netip.AddrPort]int
+}
+
+func (s *connSet) has(ap netip.AddrPort) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] > 0
+}
+
+// track wraps a dialer so that each connection's local address is in the
+// set while the connection is open.
+func (s *connSet) track(dial selftest.DialFunc) selftest.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		ap, err := netip.ParseAddrPort(c.LocalAddr().String())
+		if err != nil {
+			return c, nil
+		}
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		s.mu.Lock()
+		s.m[ap]++
+		s.mu.Unlock()
+		return &trackedConn{Conn: c, done: func() {
+			s.mu.Lock()
+			if s.m[ap]--; s.m[ap] <= 0 {
+				delete(s.m, ap)
+			}
+			s.mu.Unlock()
+		}}, nil
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	once sync.Once
+	done func()
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
+}
+
+// openProbeEnv builds the probe namespace as root: a namespace wired like
+// a sandbox (the sandbox interface prefix, so the same walls apply; an
+// address from the sandbox pool; default routes via this namespace), where
+// every probe socket is created. Without root it returns the loopback
+// environment: the probes through the proxy and the resolver run from
+// here, and the direct-route probes are reported as not run.
+func openProbeEnv(p *policy.Policy) (*probeEnv, error) {
+	proxyAP, err := listenAddrPort(p.Listen.Proxy)
+	if err != nil {
+		return nil, fmt.Errorf("listen.proxy: %w", err)
+	}
+	var dnsAP netip.AddrPort
+	if p.Listen.DNS != "" {
+		if dnsAP, err = listenAddrPort(p.Listen.DNS); err != nil {
+			return nil, fmt.Errorf("listen.dns: %w", err)
+		}
+	}
+	local := loopbackDialer()
+	if os.Geteuid() != 0 {
+		refuse := func(context.Context, string, string) (net.Conn, error) { return nil, errors.New(needsRoot) }
+		return &probeEnv{mode: modeLoopback, dial: refuse, proxyDial: local, dnsDial: local, proxy: loopbackOf(proxyAP), dns: loopbackOf(dnsAP), skip: needsRoot, close: func() {}}, nil
+	}
+	sandbox.CleanupStale(probeNSPrefix) // leftovers of crashed runs; best effort
+	gw, err := sandbox.Current()
+	if err != nil {
+		return nil, err
+	}
+	name := sandbox.PIDName(probeNSPrefix, strconv.FormatUint(probeSeq.Add(1), 10))
+	ns, err := sandbox.Create(name)
+	if err != nil {
+		gw.Close()
+		return nil, fmt.Errorf("create probe namespace: %w", err)
+	}
+	closeNS := func() {
+		ns.Close()
+		// Best effort: the veth goes with the namespace, and a leftover
+		// of a failed delete is removed by the next run's CleanupStale.
+		sandbox.Delete(name)
+		gw.Close()
+	}
+	link, err := wireProbeLink(p, ns, gw)
+	if err != nil {
+		closeNS()
+		return nil, err
+	}
+	d := &sandbox.Dialer{NS: ns}
+	e := &probeEnv{mode: modeNamespace, dial: d.DialContext,
+		close: func() {
+			// Now, rather than when the kernel gets round to the dead
+			// namespace, so the next run finds the slot free.
+			link.Delete()
+			closeNS()
+		},
+		listenICMP: func(network string) (net.PacketConn, error) {
+			var pc net.PacketConn
+			err := sandbox.Do(ns, func() error {
+				lc := net.ListenConfig{Control: sandbox.GuardControl(ns.Cookie())}
+				var err error
+				pc, err = lc.ListenPacket(context.Background(), network, "")
+				return err
+			})
+			return pc, err
+		}}
+	// The proxy and the resolver as a sandbox on this link sees them. One
+	// listening on loopback only is out of every sandbox's reach: its
+	// probes then run from here, over loopback.
+	e.proxy, e.proxyDial = seenFrom(proxyAP, link, d.DialContext, local)
+	e.dns, e.dnsDial = seenFrom(dnsAP, link, d.DialContext, local)
+	return e, nil
+}
+
+// wireProbeLink wires the probe namespace on one of the last slots of the
+// sandbox pools, away from the ones `egressd run` uses.
+func wireProbeLink(p *policy.Policy, ns, gw *sandbox.NS) (*sandbox.Link, error) {
+	slots := probeSlots(p)
+	var errs []error
+	for i := 0; i < 8 && slots-1-i >= 0; i++ {
+		link, err := sandbox.Wire(sandbox.Veth{
+			Prefix: p.Sandbox.InterfacePrefix, Index: slots - 1 - i,
+			SandboxNS: ns, GatewayNS: gw, Pool4: p.Sandbox.Pool4, Pool6: p.Sandbox.Pool6,
+		})
+		if err == nil {
+			return link, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("wire probe link: %w", errors.Join(errs...))
+}
+
+// probeSlots is how many link indexes the pools and the interface name
+// length allow.
+func probeSlots(p *policy.Policy) int {
+	n := 1 << 20
+	if pr := p.Sandbox.Pool4; pr.IsValid() {
+		n = min(n, 1<<max(0, 30-pr.Bits()))
+	}
+	if pr := p.Sandbox.Pool6; pr.IsValid() {
+		n = min(n, 1<<min(20, max(0, 126-pr.Bits())))
+	}
+	byName := 1 // prefix + index fits IFNAMSIZ-1 bytes
+	for range 15 - len(p.Sandbox.InterfacePrefix) {
+		byName = min(byName*10, 1<<20)
+	}
+	return min(n, byName)
+}
+
+// seenFrom is a listen address as the probe namespace reaches it, with the
+// dialer to use: an unspecified address is the link's gateway end; a
+// loopback one cannot be reached from the namespace and is dialed from
+// this one.
+func seenFrom(ap netip.AddrPort, link *sandbox.Link, nsDial, local selftest.DialFunc) (netip.AddrPort, selftest.DialFunc) {
+	switch {
+	case !ap.IsValid():
+		return ap, nsDial
+	case ap.Addr().IsLoopback():
+		return ap, local
+	case ap.Addr().IsUnspecified():
+		gw := link.Gateway4
+		if ap.Addr().Is6() && link.Gateway6.IsValid() || !gw.IsValid() {
+			gw = link.Gateway6
+		}
+		return netip.AddrPortFrom(gw.Addr(), ap.Port()), nsDial
+	}
+	return ap, nsDial
+}
+
+// loopbackOf is a listen address as this namespace reaches it.
+func loopbackOf(ap netip.AddrPort) netip.AddrPort {
+	if ap.IsValid() && ap.Addr().IsUnspecified() {
+		if ap.Addr().Is6() {
+			return netip.AddrPortFrom(netip.IPv6Loopback(), ap.Port())
+		}
+		return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ap.Port())
+	}
+	return ap
+}
+
+// loopbackDialer dials egressd's own listeners from this namespace.
+func loopbackDialer() selftest.DialFunc {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	return d.DialContext
+}
+
+func listenAddrPort(hp string) (netip.AddrPort, error) {
+	a, port, err := listenAddr(hp)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.AddrPortFrom(a, port), nil
+}

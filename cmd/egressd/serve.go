@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/policy"
@@ -42,6 +43,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	noSelftest := fs.Bool("no-selftest", false, "serve without the self-test (reported at every start and in /readyz)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	wallsEvery := fs.Duration("walls-interval", 30*time.Second, "how often --walls reads the table back and repairs drift")
+	auditLog := fs.String("audit-log", "", "also append every decision to FILE as a hash-chained line (egressd audit verify FILE)")
 	walls := fs.Bool("walls", false, "apply the nftables walls for the config's sandbox settings in this namespace (root), keep them in sync, and leave them in place on exit")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
 		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--no-selftest]")
@@ -51,6 +53,15 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
+	}
+	if *auditLog != "" {
+		sink, err := audit.Open(*auditLog)
+		if err != nil {
+			fmt.Fprintf(stderr, "egressd: %v\n", err)
+			return exitUsage
+		}
+		defer sink.Close() // the seal, after Run returns
+		log = slog.New(sink.Handler(log.Handler()))
 	}
 	authority, err := ca.LoadOrCreate(filepath.Join(*stateDir, "ca"))
 	if err != nil {

@@ -45,6 +45,22 @@ func wallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		}
 		s.DNSPort = dnsPort
 	}
+	for _, tr := range []struct {
+		hp   string
+		from uint16
+	}{{p.Listen.Transparent, 443}, {p.Listen.TransparentHTTP, 80}} {
+		if tr.hp == "" {
+			continue
+		}
+		a, port, err := listenAddr(tr.hp)
+		if err != nil {
+			return s, fmt.Errorf("transparent listener: %w", err)
+		}
+		if a != proxyAddr {
+			return s, fmt.Errorf("transparent listener %s must share the proxy's address %s (the redirect targets the gateway)", tr.hp, proxyAddr)
+		}
+		s.Redirects = append(s.Redirects, nft.Redirect{From: tr.from, To: port})
+	}
 	if proxyAddr.IsUnspecified() && len(extraGateways) == 0 {
 		return s, errors.New("listen.proxy on an unspecified address: the walls need the concrete gateway address the sandboxes use")
 	}

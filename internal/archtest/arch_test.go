@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"proxy":     {"policy"},
 	"dnsfilter": {"policy"},
 	"selftest":  {},
+	"audit":     {},
 }
 
 func TestDependencyDirection(t *testing.T) {

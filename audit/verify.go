@@ -1,0 +1,347 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Kind says how a log was tampered with.
+type Kind string
+
+// The kinds Verify reports.
+const (
+	Malformed Kind = "malformed" // not an audit line (and no writer acknowledged it as crash damage)
+	Edited    Kind = "edited"    // a line's bytes changed, or a line does not match its anchor
+	Removed   Kind = "removed"   // lines missing from the head or the middle
+	Reordered Kind = "reordered" // lines out of sequence order
+	Inserted  Kind = "inserted"  // a duplicated line, or a line the writer could not have written there
+	Truncated Kind = "truncated" // the tail is missing: no seal, a cut line, or an anchor beyond the end
+)
+
+// ErrTampered is wrapped by every *TamperError.
+var ErrTampered = errors.New("audit log tampered")
+
+// TamperError names the first bad line (1-based) and what is wrong with it.
+type TamperError struct {
+	Line   int
+	Kind   Kind
+	Detail string
+}
+
+func (e *TamperError) Error() string {
+	return fmt.Sprintf("line %d: %s: %s", e.Line, e.Kind, e.Detail)
+}
+
+func (e *TamperError) Unwrap() error { return ErrTampered }
+
+// Anchor is a line's seq and the hex SHA-256 of its bytes, recorded outside
+// the file (audit_seq and audit_hash of a decision on stderr, or Sink.Head).
+type Anchor struct {
+	Seq  uint64
+	Hash string
+}
+
+// String formats the anchor as "SEQ:HASH", as ParseAnchor reads it.
+func (a Anchor) String() string { return strconv.FormatUint(a.Seq, 10) + ":" + a.Hash }
+
+// ParseAnchor reads "SEQ:HASH" (HASH: 64 hex digits).
+func ParseAnchor(s string) (Anchor, error) {
+	seqStr, h, ok := strings.Cut(s, ":")
+	seq, err := strconv.ParseUint(seqStr, 10, 64)
+	h = strings.ToLower(h)
+	if !ok || err != nil || seq == 0 || len(h) != 64 || !isHex(h) {
+		return Anchor{}, fmt.Errorf("parse anchor %q: want SEQ:HASH, HASH 64 hex digits (audit_seq and audit_hash of a logged decision)", s)
+	}
+	return Anchor{Seq: seq, Hash: h}, nil
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// VerifyOptions relax or tighten Verify. The zero value checks a closed log:
+// it must end with a seal.
+type VerifyOptions struct {
+	// Live accepts a log that is still being written: no seal at the end, and
+	// an incomplete last line (ignored). Truncation to a line boundary is
+	// then detectable only with Anchors.
+	Live bool
+	// Strict fails a log in which a session ended without a seal before a
+	// later session opened (a crash, a kill, or a truncated tail that was
+	// appended to). Without it such ends are listed in Report.UnsealedEnds.
+	Strict bool
+	// Anchors are heads recorded elsewhere; each must name a line of the log
+	// with exactly that hash.
+	Anchors []Anchor
+}
+
+// Report describes a log that verified.
+type Report struct {
+	Lines        int    // complete lines read
+	Records      int    // decision records
+	Sessions     int    // open records (one per writer start)
+	Sealed       bool   // the last line is a seal
+	Head         Anchor // the last line
+	Recovered    []int  // lines cut short by a crash and acknowledged by the writer
+	UnsealedEnds []int  // last lines of sessions that ended without a seal
+	PartialTail  bool   // Live only: an incomplete last line was ignored
+}
+
+type header struct {
+	seq  uint64
+	prev [32]byte
+	kind string
+}
+
+// parseHeader checks a line's fixed chain header and that the whole line is
+// one JSON object. The header is read at fixed positions, so a record field
+// that repeats a header key cannot change what Verify sees.
+func parseHeader(line []byte) (header, error) {
+	var h header
+	rest, ok := bytes.CutPrefix(line, headerStart)
+	if !ok {
+		return h, errors.New(`does not start with {"seq":`)
+	}
+	n := 0
+	for n < len(rest) && n < 21 && '0' <= rest[n] && rest[n] <= '9' {
+		n++
+	}
+	seq, err := strconv.ParseUint(string(rest[:n]), 10, 64)
+	if err != nil || seq == 0 || rest[0] == '0' {
+		return h, fmt.Errorf("seq %.24q is not a positive integer", rest[:n])
+	}
+	h.seq, rest = seq, rest[n:]
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"prev":"`)); !ok || len(rest) < 64 || !isHex(string(rest[:64])) {
+		return h, errors.New("no prev hash (64 lower-case hex digits) after seq")
+	}
+	hex.Decode(h.prev[:], rest[:64])
+	if rest, ok = bytes.CutPrefix(rest[64:], []byte(`","audit":"`)); !ok {
+		return h, errors.New(`no "audit" kind after prev`)
+	}
+	kind, rest, ok := bytes.Cut(rest, []byte{'"'})
+	switch k := string(kind); k {
+	case kindOpen, kindRecord, kindSeal, kindRecover:
+		h.kind = k
+	default:
+		return h, fmt.Errorf("unknown audit kind %.20q", kind)
+	}
+	if !ok || len(rest) == 0 || (rest[0] != ',' && rest[0] != '}') || !json.Valid(line) {
+		return h, errors.New("not one JSON object")
+	}
+	return h, nil
+}
+
+// lineReader yields lines of at most MaxLineBytes without their newline.
+type lineReader struct {
+	br   *bufio.Reader
+	buf  []byte
+	line int // lines returned so far
+}
+
+// next returns the next line; complete is false for a last line without a
+// newline; tooLong reports a line over MaxLineBytes (its bytes are dropped).
+func (lr *lineReader) next() (line []byte, complete, tooLong bool, err error) {
+	lr.buf = lr.buf[:0]
+	for {
+		chunk, err := lr.br.ReadSlice('\n')
+		if !tooLong {
+			if len(lr.buf)+len(chunk) > MaxLineBytes+1 {
+				tooLong, lr.buf = true, lr.buf[:0]
+			} else {
+				lr.buf = append(lr.buf, chunk...)
+			}
+		}
+		switch {
+		case err == nil:
+			lr.line++
+			return lr.buf[:max(len(lr.buf)-1, 0)], true, tooLong, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == io.EOF:
+			if len(lr.buf) == 0 && !tooLong {
+				return nil, false, false, io.EOF
+			}
+			lr.line++
+			return lr.buf, false, tooLong, nil
+		default:
+			return nil, false, false, fmt.Errorf("read audit log: %w", err)
+		}
+	}
+}
+
+// Verify reads an audit log and returns its Report, or a *TamperError for
+// the first bad line (errors.Is(err, ErrTampered)), or a read error.
+func Verify(r io.Reader, o VerifyOptions) (Report, error) {
+	var rep Report
+	anchors := map[uint64]string{}
+	for _, a := range o.Anchors {
+		anchors[a.Seq] = strings.ToLower(a.Hash)
+	}
+	lr := &lineReader{br: bufio.NewReaderSize(r, 64<<10)}
+	var (
+		prevSeq  uint64
+		prevHash [32]byte
+		prevKind string
+		bad      *badLine // a malformed line awaiting its recover record
+	)
+	fail := func(line int, k Kind, format string, args ...any) (Report, error) {
+		return rep, &TamperError{Line: line, Kind: k, Detail: fmt.Sprintf(format, args...)}
+	}
+	for {
+		line, complete, tooLong, err := lr.next()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			return rep, err
+		}
+		n := lr.line
+		if !complete {
+			if bad != nil {
+				return bad.fail(rep)
+			}
+			if o.Live {
+				rep.PartialTail = true
+				break
+			}
+			return fail(n, Truncated, "the last line has no newline: the log was cut mid-line, or its writer died mid-write (a restart acknowledges that)")
+		}
+		sum := sha256.Sum256(line)
+		h, perr := header{}, errors.New("longer than MaxLineBytes")
+		if !tooLong {
+			h, perr = parseHeader(line)
+		}
+		if perr != nil {
+			if bad != nil {
+				return bad.fail(rep)
+			}
+			bad = &badLine{line: n, hash: sum, err: perr}
+			continue
+		}
+		if bad != nil {
+			// Only the writer's recover record, chained over the damaged
+			// line, excuses it.
+			if h.kind != kindRecover || h.prev != bad.hash || h.seq != prevSeq+2 {
+				return bad.fail(rep)
+			}
+			rep.Recovered = append(rep.Recovered, bad.line)
+			bad = nil
+		} else {
+			if h.kind == kindRecover {
+				return fail(n, Inserted, "a recover record with no damaged line before it")
+			}
+			want := prevSeq + 1
+			switch {
+			case h.prev == prevHash && h.seq != want:
+				return fail(n, Edited, "seq %d where %d was due, yet it chains to the line before: its seq was changed", h.seq, want)
+			case h.prev == prevHash:
+				// in order and chained
+			case h.seq == want && n == 1:
+				return fail(n, Edited, "seq 1 but prev is not the genesis hash (64 zeros)")
+			case h.seq == want:
+				return fail(n-1, Edited, "its hash is not line %d's prev: line %d was changed (or line %d's prev was)", n, n-1, n)
+			case h.seq > want:
+				if at, ok := lookahead(lr, want, h.seq); ok {
+					return fail(n, Reordered, "seq %d where %d was due; seq %d is at line %d", h.seq, want, want, at)
+				}
+				if n == 1 {
+					return fail(n, Removed, "the log starts at seq %d: its first %d line(s) were removed", h.seq, h.seq-1)
+				}
+				return fail(n, Removed, "seq %d follows seq %d: %d line(s) removed before this line", h.seq, prevSeq, h.seq-want)
+			case sum == prevHash:
+				return fail(n, Inserted, "repeats line %d", n-1)
+			default:
+				return fail(n, Reordered, "seq %d comes after seq %d", h.seq, prevSeq)
+			}
+			switch {
+			case n == 1 && h.kind != kindOpen:
+				return fail(n, Edited, "the first line is a %q record, not an open record", h.kind)
+			case prevKind == kindSeal && h.kind != kindOpen:
+				return fail(n, Inserted, "a %q record after the seal of line %d: a closed session was appended to", h.kind, n-1)
+			case h.kind == kindOpen && n > 1 && prevKind != kindSeal:
+				if o.Strict {
+					return fail(n-1, Truncated, "the session ends here without a seal, and line %d opens another: a crash, a kill, or a truncated tail", n)
+				}
+				rep.UnsealedEnds = append(rep.UnsealedEnds, n-1)
+			}
+		}
+		switch h.kind {
+		case kindOpen:
+			rep.Sessions++
+		case kindRecord:
+			rep.Records++
+		}
+		if want, ok := anchors[h.seq]; ok {
+			if got := hex.EncodeToString(sum[:]); got != want {
+				return fail(n, Edited, "seq %d hashes to %s, not to the anchor %s: the log was rewritten at or before this line", h.seq, got, want)
+			}
+			delete(anchors, h.seq)
+		}
+		prevSeq, prevHash, prevKind = h.seq, sum, h.kind
+		rep.Lines = n
+	}
+	if bad != nil {
+		return bad.fail(rep)
+	}
+	rep.Head = Anchor{Seq: prevSeq, Hash: hex.EncodeToString(prevHash[:])}
+	rep.Sealed = prevKind == kindSeal
+	if rep.Lines == 0 {
+		return fail(1, Truncated, "no complete line: an audit log starts with an open record")
+	}
+	if len(anchors) > 0 {
+		left := make([]uint64, 0, len(anchors))
+		for seq := range anchors {
+			left = append(left, seq)
+		}
+		slices.Sort(left)
+		if left[len(left)-1] > prevSeq {
+			return fail(rep.Lines+1, Truncated, "the log ends at seq %d, but the anchor %d:%s lies beyond it: its tail was removed", prevSeq, left[len(left)-1], anchors[left[len(left)-1]])
+		}
+		return fail(rep.Lines, Edited, "no line has the anchored seq %d", left[0])
+	}
+	if !rep.Sealed && !o.Live {
+		return fail(rep.Lines+1, Truncated, "the log ends after line %d (seq %d) without a seal: its tail was removed, or egressd is still writing it (verify with --live) or stopped without closing it", rep.Lines, prevSeq)
+	}
+	return rep, nil
+}
+
+type badLine struct {
+	line int
+	hash [32]byte
+	err  error
+}
+
+func (b *badLine) fail(rep Report) (Report, error) {
+	return rep, &TamperError{Line: b.line, Kind: Malformed, Detail: b.err.Error()}
+}
+
+// lookahead reads on (the log is already known to be bad) for a line whose
+// seq lies in [lo, hi), to tell reordered lines from removed ones.
+func lookahead(lr *lineReader, lo, hi uint64) (int, bool) {
+	for {
+		line, complete, tooLong, err := lr.next()
+		if err != nil || !complete {
+			return 0, false
+		}
+		if tooLong {
+			continue
+		}
+		if h, err := parseHeader(line); err == nil && lo <= h.seq && h.seq < hi {
+			return lr.line, true
+		}
+	}
+}

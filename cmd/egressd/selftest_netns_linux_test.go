@@ -1,0 +1,380 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/egressd/egressd/internal/testnet"
+	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/sandbox"
+	"github.com/egressd/egressd/selftest"
+)
+
+// These tests run the egressd binary itself inside the gateway namespace of
+// the test topology: `serve --walls` as the gateway, and `selftest` and
+// `report` beside it, which build their own probe namespace there, wired
+// like a sandbox on the sandbox interface prefix.
+
+// stConfig is the deployment under test. The probe namespace takes a slot
+// of pool4 (198.51.100.128/25, inside the sandbox side of the topology) on
+// the walls' interface prefix. {EXTRA} takes a negative control's rule.
+const stConfig = `version: 1
+listen:
+  proxy: 198.51.100.1:3128
+  dns: 198.51.100.1:53
+  admin: 198.51.100.1:9090
+resolver:
+  upstreams: ["203.0.113.53:53"]
+upstream_ca: {CA}
+sandbox:
+  interface_prefix: {PREFIX}
+  pool4: 198.51.100.128/25
+  pool6: 2001:db8:3::/64
+allow:
+  - name: web
+    hosts: [allowed.test]
+    cidrs: [203.0.113.0/24, 2001:db8::/32]
+    pages: ["*"]
+  - name: pypi
+    hosts: [pypi.test]
+    cidrs: [203.0.113.0/24, 2001:db8::/32]
+    mirror: pypi
+  - name: app
+    hosts: [app.test]
+    cidrs: [203.0.113.0/24, 2001:db8::/32]
+    pages: [read, download]
+{EXTRA}
+selftest:
+  interval: 1h
+  timeout: 1s
+  tcp: ["203.0.113.100:80", "203.0.113.100:443", "203.0.113.100:22", "203.0.113.100:25", "203.0.113.100:53", "203.0.113.100:8080", "203.0.113.100:4444"]
+  udp: ["203.0.113.100:53", "203.0.113.100:123"]
+  ipv6: ["[2001:db8:2::100]:443"]
+  resolvers: ["203.0.113.53:53"]
+  canary_name: canary.test
+  canary_url: http://canary-web.test/
+  metadata: [169.254.169.254]
+  expect_reachable: [http://allowed.test/, https://allowed.test/, https://app.test/]
+`
+
+type stLab struct {
+	topo  *testnet.Topo
+	bin   string
+	dir   string
+	cfg   string
+	state string
+	serve *exec.Cmd
+	logs  *lockedBuf
+}
+
+// lockedBuf collects serve's log while the test reads it.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newSTLab(t *testing.T) *stLab {
+	t.Helper()
+	origin := []netip.Addr{testnet.OriginAddr4, testnet.OriginAddr6}
+	topo := testnet.New(t, testnet.WithRecords(map[string][]netip.Addr{
+		"allowed.test": origin, "pypi.test": origin, "app.test": origin, "canary.test": origin, "canary-web.test": origin,
+	}))
+	// serve's admin endpoint is reached from the gateway itself, over lo
+	h, err := netlink.NewHandleAt(netns.NsHandle(topo.Gateway.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo, err := h.LinkByName("lo"); err == nil {
+		h.LinkSetUp(lo)
+	}
+	h.Close()
+	l := &stLab{topo: topo, bin: buildEgressd(t), dir: t.TempDir()}
+	// nobody runs the binary and reads the config too
+	for _, d := range []string{filepath.Dir(l.bin), filepath.Dir(filepath.Dir(l.bin)), l.dir} {
+		os.Chmod(d, 0o755)
+	}
+	l.state = filepath.Join(l.dir, "state")
+	ca := filepath.Join(l.dir, "upstream-ca.pem")
+	os.WriteFile(ca, topo.CA.CertPEM, 0o644)
+	l.cfg = l.writeConfig(t, "")
+	return l
+}
+
+func (l *stLab) writeConfig(t *testing.T, extra string) string {
+	t.Helper()
+	cfg := strings.NewReplacer("{CA}", filepath.Join(l.dir, "upstream-ca.pem"), "{PREFIX}", l.topo.IfPrefix, "{EXTRA}", extra).Replace(stConfig)
+	path := filepath.Join(l.dir, "egressd.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// egressd runs the binary in the gateway namespace and returns its exit
+// code, stdout and stderr.
+func (l *stLab) egressd(t *testing.T, cred *syscall.Credential, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := sandbox.NSExecCommandAs(l.bin, l.topo.Gateway.Path(), "", cred, append([]string{l.bin}, args...))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("egressd %v: %v", args, err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// startServe runs `egressd serve --walls` in the gateway and waits until
+// the proxy answers from the sandbox.
+func (l *stLab) startServe(t *testing.T, extra ...string) {
+	t.Helper()
+	args := append([]string{l.bin, "serve", "--walls", "--walls-interval", "1h", "--config", l.cfg, "--state-dir", l.state}, extra...)
+	l.serve = sandbox.NSExecCommand(l.bin, l.topo.Gateway.Path(), "", args)
+	l.logs = &lockedBuf{}
+	l.serve.Stderr = l.logs
+	if err := l.serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.serve.Process.Signal(os.Interrupt)
+		l.serve.Wait()
+		nft.Down(l.topo.Gateway.Fd(), nft.DefaultTable) // the walls outlive serve by design
+		if t.Failed() {
+			t.Logf("serve logs:\n%s", l.serveLogs())
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := l.topo.DialFromSandbox(t.Context(), "tcp", "198.51.100.1:3128"); err == nil {
+			return
+		}
+	}
+	t.Fatalf("serve did not come up:\n%s", l.serveLogs())
+}
+
+func (l *stLab) serveLogs() string { return l.logs.String() }
+
+// readyz returns serve's readiness as the admin endpoint says it.
+func (l *stLab) readyz(t *testing.T) (int, string) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: l.topo.GatewayDialer().DialContext}, Timeout: 5 * time.Second}
+	resp, err := c.Get("http://198.51.100.1:9090/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func selftestJSON(t *testing.T, out, errs string) *selftest.Report {
+	t.Helper()
+	var rep selftest.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("selftest --json: %v\nstdout: %s\nstderr: %s", err, out, errs)
+	}
+	return &rep
+}
+
+func failureIDs(rep *selftest.Report) []string {
+	var ids []string
+	for _, r := range rep.Failures() {
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func tableOf(rep *selftest.Report) string {
+	var b bytes.Buffer
+	rep.WriteTable(&b)
+	return b.String()
+}
+
+// TestSelftestCommand: `egressd selftest` against `serve --walls` finds
+// the deployment sealed (exit 0), names a hole opened in the walls (exit
+// 1), records both runs, and `report` shows them with the walls' counters;
+// without root it runs only the proxy-level probes, says so, and exits 2.
+func TestSelftestCommand(t *testing.T) {
+	l := newSTLab(t)
+	l.startServe(t, "--no-selftest") // proven by the command below
+
+	code, out, errs := l.egressd(t, nil, "selftest", "--json", "--config", l.cfg, "--state-dir", l.state)
+	rep := selftestJSON(t, out, errs)
+	t.Logf("selftest: %s", rep.Summary())
+	if code != exitOK || !rep.Sealed() {
+		t.Fatalf("sealed deployment: exit %d, %s\n%s\n%s", code, rep.Outcome(), tableOf(rep), errs)
+	}
+	for _, want := range []string{"tcp/203.0.113.100:443", "icmp/203.0.113.53", "dns-canary/canary.test", "mirror-publish/pypi", "page-login/app", "sni-mismatch/allowed.test:443", "host-trick", "expect/https://app.test/"} {
+		if !slices.ContainsFunc(rep.Results, func(r selftest.Result) bool { return r.ID == want }) {
+			t.Errorf("the derived catalog lacks %s", want)
+		}
+	}
+	if n := l.topo.Metadata.Hits(); n != 0 {
+		t.Errorf("metadata server saw %d requests", n)
+	}
+
+	// negative control: one hole in the walls, named and nothing else
+	insertAcceptRule(t, l.topo.Gateway.Fd(), unix.IPPROTO_TCP, netip.MustParseAddrPort("203.0.113.100:443"))
+	code, out, errs = l.egressd(t, nil, "selftest", "--json", "--config", l.cfg, "--state-dir", l.state)
+	rep = selftestJSON(t, out, errs)
+	if got := failureIDs(rep); code != exitDeny || !slices.Equal(got, []string{"tcp/203.0.113.100:443"}) {
+		t.Errorf("hole in the walls: exit %d, failures %q, want 1 and [tcp/203.0.113.100:443]\n%s", code, got, tableOf(rep))
+	}
+	code, out, _ = l.egressd(t, nil, "selftest", "--config", l.cfg, "--state-dir", l.state)
+	if code != exitDeny || !strings.Contains(out, "LEAK tcp/203.0.113.100:443: a direct TCP connection to 203.0.113.100:443 succeeded") {
+		t.Errorf("table output: exit %d:\n%s", code, out)
+	}
+
+	code, out, errs = l.egressd(t, nil, "report", "--config", l.cfg, "--state-dir", l.state)
+	for _, want := range []string{"3 self-test runs", "2 leaks found", "| selftest | namespace | sealed |", "| selftest | namespace | leak |", "counter drop_fwd packets", "**LEAK** `tcp/203.0.113.100:443`"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q (exit %d, %s):\n%s", want, code, errs, out)
+		}
+	}
+
+	// without root: the probes through the proxy and the resolver run from
+	// loopback; the direct routes are reported as not run, never as passed
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	// a user's own state dir, holding serve's CA certificate (public: what
+	// `egressd ca export` prints) for the inspected positive control
+	st := filepath.Join(l.dir, "nobody")
+	os.MkdirAll(filepath.Join(st, "ca"), 0o755)
+	if pem, err := os.ReadFile(filepath.Join(l.state, "ca", "ca.pem")); err == nil {
+		os.WriteFile(filepath.Join(st, "ca", "ca.pem"), pem, 0o644)
+	}
+	os.Chmod(st, 0o777)
+	code, out, errs = l.egressd(t, nobody, "selftest", "--json", "--config", l.cfg, "--state-dir", st)
+	rep = selftestJSON(t, out, errs)
+	if code != exitUsage || rep.Outcome() != selftest.OutcomeIncomplete || !strings.Contains(errs, "not root") {
+		t.Errorf("as nobody: exit %d, %s, stderr %q, want 2, incomplete, a hint\n%s", code, rep.Outcome(), errs, tableOf(rep))
+	}
+	for _, r := range rep.Results {
+		direct := strings.HasPrefix(r.Route, "direct")
+		if direct && (r.Status != selftest.NotRun || !strings.Contains(r.Detail, "needs root")) || !direct && r.Status != selftest.Pass {
+			t.Errorf("as nobody: %s (%s): %s %s", r.ID, r.Route, r.Status, r.Detail)
+		}
+	}
+}
+
+// TestServeSelftest: serve proves the walls at boot (not ready until the
+// first self-test is sealed) and rolls back a reload that would open a
+// hole, keeping the old policy and walls.
+func TestServeSelftest(t *testing.T) {
+	l := newSTLab(t)
+	l.startServe(t)
+	var code int
+	var why string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if code, why = l.readyz(t); code != 0 && !strings.HasPrefix(why, "starting") {
+			break
+		}
+	}
+	if code != http.StatusOK && strings.Contains(why, "the proxy is not ready and refuses everything") {
+		t.Skipf("blocked on the proxy's readiness gate: the boot self-test's own probes get 503 not-ready (needs proxy.Config.ReadyExempt for the probe namespace; see the selftest report): %s", why)
+	}
+	if code != http.StatusOK || !strings.Contains(why, "sealed") {
+		t.Fatalf("after boot: /readyz %d %q, want 200 sealed", code, why)
+	}
+
+	// the reload allowlists the canary host: the new policy leaks. (serve
+	// watches the file; a SIGHUP as well would make two reloads.)
+	l.writeConfig(t, "  - name: canary\n    hosts: [canary-web.test]\n    cidrs: [203.0.113.0/24]\n    pages: [\"*\"]")
+	var logs string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if logs = l.serveLogs(); strings.Contains(logs, "reload rolled back") || strings.Contains(logs, "reload applied") {
+			break
+		}
+	}
+	if !strings.Contains(logs, "reload rolled back: the new policy leaks") || !strings.Contains(logs, "http-canary") {
+		t.Fatalf("reload with a hole: not rolled back naming http-canary:\n%s", logs)
+	}
+	// the old policy holds: the canary is refused through the proxy...
+	client := l.topo.HTTPClientInSandbox(&url.URL{Scheme: "http", Host: "198.51.100.1:3128"}, nil)
+	resp, err := client.Get("http://canary-web.test/after-rollback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("canary after the rollback: %d, want 403", resp.StatusCode)
+	}
+	// ...the walls are the old ones, and the catalog is sealed again
+	p := mustPolicy(t, strings.NewReplacer("{CA}", "/dev/null", "{PREFIX}", l.topo.IfPrefix, "{EXTRA}", "").Replace(stConfig))
+	spec, err := wallSpec(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drift, err := nft.Check(l.topo.Gateway.Fd(), spec); err != nil || len(drift) > 0 {
+		t.Errorf("walls after the rollback: drift %q, err %v", drift, err)
+	}
+	if code, why := l.readyz(t); code != http.StatusOK {
+		t.Errorf("after the rollback: /readyz %d %q, want 200", code, why)
+	}
+	code, out, errs := l.egressd(t, nil, "selftest", "--json", "--config", l.cfg, "--state-dir", l.state)
+	if rep := selftestJSON(t, out, errs); code != exitOK {
+		t.Errorf("after the rollback: selftest exit %d\n%s", code, tableOf(rep))
+	}
+}
+
+// insertAcceptRule opens one destination ahead of the wall's drops.
+func insertAcceptRule(t *testing.T, ns int, proto byte, dst netip.AddrPort) {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: nft.DefaultTable}
+	c.InsertRule(&nftables.Rule{Table: tbl, Chain: &nftables.Chain{Name: "sbx_fwd", Table: tbl}, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.Addr().AsSlice()},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(dst.Port())},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}})
+	if err := c.Flush(); err != nil {
+		t.Fatalf("open hole %s: %v", dst, err)
+	}
+}
