@@ -652,6 +652,8 @@ func TestWire(t *testing.T) {
 			{"no pool", func(v *sandbox.Veth) { v.Index = 5; v.Pool4, v.Pool6 = netip.Prefix{}, netip.Prefix{} }, "no address pool"},
 			{"v6 pool as v4", func(v *sandbox.Veth) { v.Index = 5; v.Pool4 = v.Pool6 }, "not IPv4"},
 			{"sandbox name taken", func(v *sandbox.Veth) { v.Index = 5 }, "file exists"},
+			// Fails after the pair exists: the default route is taken.
+			{"default route taken", func(v *sandbox.Veth) { v.Index = 5; v.SandboxName = "eth1" }, "add default route"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				before, _ := hg.LinkList()
@@ -662,6 +664,9 @@ func TestWire(t *testing.T) {
 				}
 				if after, _ := hg.LinkList(); len(after) != len(before) {
 					t.Errorf("gateway has %d links after the failed Wire, want %d", len(after), len(before))
+				}
+				if _, err := hs.LinkByName("eth1"); err == nil {
+					t.Error("sandbox end eth1 left behind by the failed Wire")
 				}
 			})
 		}
@@ -723,6 +728,23 @@ func nsInode(t *testing.T, path string) string {
 	return fmt.Sprintf("net:[%d]", st.Ino)
 }
 
+// resolvConfMounts lists the mounts on /etc/resolv.conf seen by this
+// process (other tests' /run/netns mounts come and go meanwhile).
+func resolvConfMounts(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == "/etc/resolv.conf" {
+			m = append(m, line)
+		}
+	}
+	return strings.Join(m, "\n")
+}
+
 func TestNSExec(t *testing.T) {
 	sbx := newNS(t, "exec")
 	rc, err := sandbox.WriteResolvConf(t.TempDir(), netip.MustParseAddr("198.51.100.1"))
@@ -734,7 +756,7 @@ func TestNSExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mountsBefore, _ := os.ReadFile("/proc/self/mountinfo")
+	mountsBefore := resolvConfMounts(t)
 	script := "readlink /proc/self/ns/net; cat /etc/resolv.conf; echo x >> /etc/resolv.conf 2>/dev/null && echo WRITABLE; id -u; grep NoNewPrivs /proc/self/status"
 	for _, tc := range []struct {
 		name       string
@@ -800,8 +822,8 @@ func TestNSExec(t *testing.T) {
 	if got, _ := os.ReadFile("/etc/resolv.conf"); string(got) != string(hostRC) {
 		t.Errorf("host /etc/resolv.conf changed to %q", got)
 	}
-	if got, _ := os.ReadFile("/proc/self/mountinfo"); string(got) != string(mountsBefore) {
-		t.Error("the test process's mounts changed: the child's mounts leaked back")
+	if got := resolvConfMounts(t); got != mountsBefore {
+		t.Errorf("mounts on /etc/resolv.conf in the test's mount namespace changed from %q to %q: the child's mount leaked back", mountsBefore, got)
 	}
 }
 

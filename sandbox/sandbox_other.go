@@ -91,6 +91,9 @@ func Wire(spec Veth) (*Link, error) { return nil, unsupported("wire") }
 // Delete is Linux-only.
 func (l *Link) Delete() error { return unsupported("delete link") }
 
+// AddAddress is Linux-only.
+func AddAddress(ns *NS, ifName string, p netip.Prefix) error { return unsupported("add address") }
+
 // SetSysctl is Linux-only.
 func SetSysctl(ns *NS, key, value string) error { return unsupported("sysctl") }
 

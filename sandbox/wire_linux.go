@@ -271,6 +271,36 @@ func (l *Link) Delete() error {
 	return nil
 }
 
+// AddAddress adds p to interface ifName in ns (an IPv6 address with
+// IFA_F_NODAD) and returns once the kernel delivers p's address locally,
+// so that it can be bound and reached at once; see waitLocal. A host
+// address on lo (p with the full length) is how an extra "host" is put in
+// a namespace.
+func AddAddress(ns *NS, ifName string, p netip.Prefix) error {
+	if ns == nil || ns.fd < 0 {
+		return fmt.Errorf("sandbox: add address %s: %w", p, ErrClosed)
+	}
+	if !p.IsValid() {
+		return fmt.Errorf("sandbox: add address: invalid prefix %s", p)
+	}
+	h, err := netlink.NewHandleAt(netns.NsHandle(ns.fd))
+	if err != nil {
+		return fmt.Errorf("sandbox: add address %s: netlink in %s: %w", p, ns, err)
+	}
+	defer h.Delete()
+	link, err := h.LinkByName(ifName)
+	if err == nil {
+		err = addAddr(h, link, p)
+	}
+	if err == nil {
+		err = waitLocal(h, link, p)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: add address in %s: %w", ns, err)
+	}
+	return nil
+}
+
 // SetSysctl writes value to /proc/sys/<key> as seen from inside ns, e.g.
 // SetSysctl(gw, "net/ipv4/ip_forward", "1"). Network sysctls are
 // per-namespace; the file is opened on a thread inside ns.

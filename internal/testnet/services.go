@@ -20,7 +20,8 @@ import (
 )
 
 // DefaultRecords are the names the fake DNS server answers (A and AAAA
-// from the addresses given); any other name gets NXDOMAIN.
+// from the addresses given); any other name gets NXDOMAIN. Read-only:
+// change a Topo's records with WithRecords or DNSServer.Set.
 var DefaultRecords = map[string][]netip.Addr{
 	"allowed.test":  {OriginAddr4, OriginAddr6},
 	"other.test":    {OriginAddr4, OriginAddr6},
@@ -237,6 +238,12 @@ func (t *Topo) serveHTTP(s *Service, addrs []netip.Addr, port uint16, tlsConf *t
 		// Refused handshakes are what many tests provoke; keep them quiet.
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
+	// Registered first, so it runs last, also when a later listen fails.
+	var wg sync.WaitGroup
+	t.onClose(func() {
+		srv.Close()
+		wg.Wait()
+	})
 	for _, a := range addrs {
 		ap := netip.AddrPortFrom(a, port)
 		l, err := t.ListenInInternet("tcp", ap.String())
@@ -247,11 +254,8 @@ func (t *Topo) serveHTTP(s *Service, addrs []netip.Addr, port uint16, tlsConf *t
 		if tlsConf != nil {
 			l = tls.NewListener(l, tlsConf)
 		}
-		done := make(chan struct{})
-		go func() { defer close(done); srv.Serve(l) }()
-		t.onClose(func() { <-done })
+		wg.Go(func() { srv.Serve(l) })
 	}
-	t.onClose(func() { srv.Close() })
 	return nil
 }
 

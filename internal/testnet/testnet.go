@@ -73,7 +73,7 @@ var (
 
 // Ports of the fake services besides HTTP (80), TLS (443) and DNS (53 on
 // the DNS addresses): plain TCP listeners and UDP echo servers on the
-// origin addresses.
+// origin addresses. Read-only. ICMP echo is answered by inet's kernel.
 var (
 	TCPPorts = []uint16{22, 25, 53, 8080, 4444}
 	UDPPorts = []uint16{53, 123}
@@ -124,9 +124,9 @@ type Topo struct {
 	// asserts it never reaches the sandbox.
 	MetadataSecret string
 
-	tb       testing.TB
-	closers  []func()
-	closedMu sync.Mutex
+	tb      testing.TB
+	closers []func()
+	closeMu sync.Mutex
 }
 
 type config struct {
@@ -276,23 +276,13 @@ func (t *Topo) build() error {
 		return fmt.Errorf("netlink in %s: %w", t.Gateway, err)
 	}
 	defer hg.Delete()
-	hi, err := netlink.NewHandleAt(netns.NsHandle(t.Internet.Fd()))
-	if err != nil {
-		return fmt.Errorf("netlink in %s: %w", t.Internet, err)
-	}
-	defer hi.Delete()
 	routes := []*netlink.Route{
 		{LinkIndex: t.Uplink.GatewayIndex, Gw: InternetAddr4.AsSlice()},
 		{LinkIndex: t.Uplink.GatewayIndex, Gw: InternetAddr6.AsSlice()},
 	}
-	lo, err := hi.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("find lo in %s: %w", t.Internet, err)
-	}
 	for _, a := range []netip.Addr{OriginAddr4, DNSAddr4, MetadataAddr4, OriginAddr6, DNSAddr6} {
-		p := netip.PrefixFrom(a, a.BitLen())
-		if err := hi.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(p.Bits(), a.BitLen())}}); err != nil {
-			return fmt.Errorf("add %s to lo in %s: %w", p, t.Internet, err)
+		if err := sandbox.AddAddress(t.Internet, "lo", netip.PrefixFrom(a, a.BitLen())); err != nil {
+			return err
 		}
 		// inet's IPv6 hosts sit inside the uplink's /64, where gw would
 		// ask for them by neighbour discovery, which lo does not answer.
@@ -312,16 +302,16 @@ func (t *Topo) build() error {
 // onClose registers f to run at teardown, before everything registered
 // earlier.
 func (t *Topo) onClose(f func()) {
-	t.closedMu.Lock()
-	defer t.closedMu.Unlock()
+	t.closeMu.Lock()
+	defer t.closeMu.Unlock()
 	t.closers = append(t.closers, f)
 }
 
 func (t *Topo) close() {
-	t.closedMu.Lock()
+	t.closeMu.Lock()
 	cs := t.closers
 	t.closers = nil
-	t.closedMu.Unlock()
+	t.closeMu.Unlock()
 	for i := len(cs) - 1; i >= 0; i-- {
 		cs[i]()
 	}

@@ -365,9 +365,9 @@ type fakeTB struct {
 	skipped, failed string
 }
 
-func (f *fakeTB) Helper()              {}
-func (f *fakeTB) Skip(args ...any)     { f.skipped = fmt.Sprint(args...) }
-func (f *fakeTB) Fatal(args ...any)    { f.failed = fmt.Sprint(args...) }
+func (f *fakeTB) Helper()           {}
+func (f *fakeTB) Skip(args ...any)  { f.skipped = fmt.Sprint(args...) }
+func (f *fakeTB) Fatal(args ...any) { f.failed = fmt.Sprint(args...) }
 
 func TestRequireRoot(t *testing.T) {
 	for _, tc := range []struct {
