@@ -18,6 +18,7 @@ import (
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/sandbox"
+	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -77,6 +78,36 @@ allow:
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("through the proxy: %d", resp.StatusCode)
+	}
+	// HTTPS through the proxy (a host-only rule: spliced after the SNI check)
+	tlsClient := topo.HTTPClientInSandbox(proxyURL, topo.CA.Pool)
+	if r, err := tlsClient.Get("https://allowed.test/walled-tls"); err != nil || r.StatusCode != 200 {
+		t.Fatalf("HTTPS through the proxy: %v %v", r, err)
+	} else {
+		r.Body.Close()
+	}
+	// egressd's DNS answers the allowed name and NXDOMAINs the rest; the
+	// internet's resolver is unreachable directly
+	query := func(server, name string) (*dns.Msg, error) {
+		c, err := topo.DialFromSandbox(context.Background(), "udp", server)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		m := new(dns.Msg)
+		m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+		cl := &dns.Client{Timeout: 2 * time.Second}
+		resp, _, err := cl.ExchangeWithConnContext(context.Background(), m, &dns.Conn{Conn: c})
+		return resp, err
+	}
+	if resp, err := query("198.51.100.1:53", "allowed.test"); err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+		t.Errorf("egressd DNS, allowed name: %v %v", resp, err)
+	}
+	if resp, err := query("198.51.100.1:53", "canary.example.com"); err != nil || resp.Rcode != dns.RcodeNameError {
+		t.Errorf("egressd DNS, unlisted name: %v %v", resp, err)
+	}
+	if _, err := query("203.0.113.53:53", "allowed.test"); err == nil {
+		t.Errorf("the internet's resolver answered the sandbox directly")
 	}
 	direct := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
