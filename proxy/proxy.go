@@ -136,14 +136,20 @@ func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
 
 // Serve answers proxy requests on l until Shutdown.
 func (x *Proxy) Serve(l net.Listener) error {
-	p := x.Policy()
 	if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil {
 		x.mu.Lock()
 		x.self[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
 		x.mu.Unlock()
 	}
+	return x.serveHTTP(l, x)
+}
+
+// serveHTTP serves h on l with the proxy's timeouts and limits, each
+// connection watched by a scanConn the handler finds in its context.
+func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
+	p := x.Policy()
 	srv := &http.Server{
-		Handler:           x,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       p.Limits.IdleTimeout,
 		MaxHeaderBytes:    p.Limits.HeaderBytes,

@@ -39,7 +39,7 @@ func peekClientHello(c net.Conn, timeout time.Duration) (*tls.ClientHelloInfo, [
 		return nil, buf.Bytes(), ErrNotTLS
 	}
 	var hello *tls.ClientHelloInfo
-	ro := &readOnlyConn{r: io.TeeReader(io.LimitReader(c, maxHelloBytes), &buf), Conn: c, pre: first[:]}
+	ro := &readOnlyConn{replayConn{Conn: c, r: io.TeeReader(io.LimitReader(c, maxHelloBytes), &buf), pre: first[:]}}
 	err := tls.Server(ro, &tls.Config{
 		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			hello = h
@@ -55,21 +55,28 @@ func peekClientHello(c net.Conn, timeout time.Duration) (*tls.ClientHelloInfo, [
 	return hello, buf.Bytes(), nil
 }
 
-// readOnlyConn lets the TLS parser read (replaying pre first) and swallows
-// its writes, so the client sees nothing of the aborted handshake.
-type readOnlyConn struct {
+// replayConn returns pre before reading from r (Conn when r is nil): the
+// bytes already taken off the connection, such as a peeked ClientHello.
+type replayConn struct {
 	net.Conn
 	r   io.Reader
 	pre []byte
 }
 
-func (c *readOnlyConn) Read(p []byte) (int, error) {
+func (c *replayConn) Read(p []byte) (int, error) {
 	if len(c.pre) > 0 {
 		n := copy(p, c.pre)
 		c.pre = c.pre[n:]
 		return n, nil
 	}
-	return c.r.Read(p)
+	if c.r != nil {
+		return c.r.Read(p)
+	}
+	return c.Conn.Read(p)
 }
+
+// readOnlyConn lets the TLS parser read and swallows its writes, so the
+// client sees nothing of the aborted handshake.
+type readOnlyConn struct{ replayConn }
 
 func (c *readOnlyConn) Write(p []byte) (int, error) { return len(p), nil }

@@ -29,21 +29,9 @@ import (
 // each origin-form request becomes the absolute-form request its Host
 // header names and goes through the same checks as a proxy request.
 func (x *Proxy) ServeTransparentHTTP(l net.Listener, origPort uint16) error {
-	p := x.Policy()
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			x.serveOriginForm(w, r, "http", origPort, "")
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       p.Limits.IdleTimeout,
-		MaxHeaderBytes:    p.Limits.HeaderBytes,
-		ErrorLog:          log.New(io.Discard, "", 0),
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, keyConn, c)
-		},
-	}
-	x.track(srv)
-	return srv.Serve(&scanListener{Listener: l, headLimit: p.Limits.HeaderBytes})
+	return x.serveHTTP(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x.serveOriginForm(w, r, "http", origPort, "")
+	}))
 }
 
 // serveOriginForm rewrites an origin-form request into absolute form and
@@ -184,22 +172,6 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return context.WithValue(ctx, keyConn, sc) // the scanner, not the listener's wrapper
 	}
 	inner.Serve(newOneConnListener(sc))
-}
-
-// replayConn returns pre before reading from Conn: the ClientHello that was
-// peeked to learn the SNI.
-type replayConn struct {
-	net.Conn
-	pre []byte
-}
-
-func (c *replayConn) Read(p []byte) (int, error) {
-	if len(c.pre) > 0 {
-		n := copy(p, c.pre)
-		c.pre = c.pre[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
 }
 
 // oneConnListener serves exactly one connection, then reports closed once
