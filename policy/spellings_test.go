@@ -120,7 +120,7 @@ func deniedSpellings() []spelling {
 	}
 	// special-use, not high-risk: loopback, private, link-local, CGNAT, ULA,
 	// multicast, unspecified, broadcast, reserved, benchmark, documentation
-	for _, sp := range []string{"127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.1.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "240.0.0.1", "198.18.0.1", "192.0.2.1", "198.51.100.7", "203.0.113.9"} {
+	for _, sp := range []string{"127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.1.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "240.0.0.1", "198.18.0.1", testNet1 + ".1", "198.51.100.7", "203.0.113.9"} {
 		a := netip.MustParseAddr(sp)
 		for _, s := range v4Spellings(a)[:8] {
 			addURL(s, false)
@@ -190,9 +190,9 @@ func TestDeniedSpellings(t *testing.T) {
 func TestPublicAllowedUnderOpenPolicy(t *testing.T) {
 	p := mustParse(t, openPolicy)
 	for _, s := range []string{
-		"http://example.com/", "https://example.com:8443/x", "http://1.1.1.1/", "http://0x01010101/",
-		"http://16843009/", "http://[2606:4700:4700::1111]/", "http://[::ffff:1.1.1.1]/",
-		"http://[64:ff9b::1.1.1.1]/", "http://bücher.example/", "8.8.8.8:53",
+		"http://example.com/", "https://example.com:8443/x", "http://93.184.215.14/", "http://0x5db8d70e/",
+		"http://1572394766/", "http://[2a01:4f8::1]/", "http://[::ffff:93.184.215.14]/",
+		"http://[64:ff9b::93.184.215.14]/", "http://bücher.example/", "93.184.215.14:53",
 	} {
 		d := decideString(t, p, s)
 		if !d.Allow {
