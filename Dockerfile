@@ -37,4 +37,4 @@ EXPOSE 3128 9090 5353/udp 5353/tcp
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
   CMD ["/egressd", "healthcheck", "--timeout", "4s", "http://127.0.0.1:9090/readyz"]
 ENTRYPOINT ["/egressd"]
-CMD ["serve", "--config", "/etc/egressd/egressd.yaml", "--state-dir", "/var/lib/egressd", "--no-selftest"]
+CMD ["serve", "--config", "/etc/egressd/egressd.yaml", "--state-dir", "/var/lib/egressd"]

@@ -34,6 +34,7 @@ type Verdict struct {
 	Sealed bool     // no leak found
 	Leaks  []string // ids of the probes that leaked, with their reason
 	Err    error    // the run could not complete (counts as not sealed)
+	Note   string   // what a sealed run did not cover (shown in /readyz)
 }
 
 // Options wires a Daemon. Load and Logger are required.
@@ -297,7 +298,11 @@ func (d *Daemon) setReadiness(v Verdict) {
 		d.setStatus(fmt.Sprintf("not ready: self-test found a leak: %v", v.Leaks))
 	default:
 		d.ready.Store(true)
-		d.setStatus("ready: last self-test sealed at " + time.Now().UTC().Format(time.RFC3339))
+		st := "ready: last self-test sealed at " + time.Now().UTC().Format(time.RFC3339)
+		if v.Note != "" {
+			st += "; " + v.Note
+		}
+		d.setStatus(st)
 	}
 }
 
@@ -340,14 +345,24 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 		return fmt.Errorf("reload: apply: %w", err)
 	}
 	if !d.opt.NoSelftest {
-		if v := d.verify(ctx, "reload", next); !v.Sealed || v.Err != nil {
+		// Until the new policy is proven, it lets nothing through: allowed
+		// requests get 503 for the length of one run (the probes are
+		// exempt), so a leaking policy never serves a sandbox.
+		wasReady, wasStatus := d.Ready()
+		d.ready.Store(false)
+		d.setStatus("reloading: verifying the new policy")
+		v := d.verify(ctx, "reload", next)
+		if !v.Sealed || v.Err != nil {
 			if err := d.apply(ctx, old); err != nil {
 				d.log.Error("rollback failed", "err", err)
 			}
+			d.ready.Store(wasReady)
+			d.setStatus(wasStatus)
 			d.reloads.WithLabelValues("rolled-back").Inc()
 			d.log.Error("reload rolled back: the new policy leaks", "trigger", why, "leaks", v.Leaks, "err", v.Err)
 			return fmt.Errorf("reload rolled back: self-test: leaks %v, err %v", v.Leaks, v.Err)
 		}
+		d.setReadiness(v)
 	}
 	d.reloads.WithLabelValues("applied").Inc()
 	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))

@@ -46,6 +46,10 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 		ctx.Resp = x.denyDecision(r, rq)
 		return goproxy.RejectConnect, host
 	}
+	if !x.isReady(r.RemoteAddr) {
+		ctx.Resp = x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", rq.d.RuleName(), notReady)
+		return goproxy.RejectConnect, host
+	}
 	if rq.d.Inspect {
 		if x.ca == nil {
 			ctx.Resp = x.deny(r, rq, http.StatusForbidden, "inspection-unavailable", rq.d.RuleName(), "this rule needs TLS inspection and egressd has no CA")

@@ -43,9 +43,15 @@ type Config struct {
 	ResolverDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Control runs on every upstream socket before connect; nil: none.
 	Control func(network, address string, c syscall.RawConn) error
-	// Ready gates service: while it returns false every request gets 503
-	// (the boot self-test has not passed). nil: always ready.
+	// Ready gates what the proxy lets through: while it returns false an
+	// allowed request or tunnel gets 503 (the boot self-test has not passed)
+	// — denials still get their 403, which is never less safe. nil: always
+	// ready.
 	Ready func() bool
+	// ReadyExempt lets a client connection (by its remote address) through
+	// the Ready gate: the self-test's own probes, whose positive controls
+	// must pass before the first sealed run can make egressd ready. nil: none.
+	ReadyExempt func(remote netip.AddrPort) bool
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -59,6 +65,7 @@ type Proxy struct {
 	log    *slog.Logger
 	m      *metrics
 	ready  func() bool
+	exempt func(netip.AddrPort) bool
 	ids    *tracker
 
 	mu      sync.Mutex
@@ -77,12 +84,13 @@ const (
 // New builds a Proxy enforcing p.
 func New(p *policy.Policy, cfg Config) *Proxy {
 	x := &Proxy{
-		ca:    cfg.CA,
-		log:   cfg.Logger,
-		m:     newMetrics(cfg.Registry),
-		ready: cfg.Ready,
-		ids:   newTracker(),
-		self:  map[netip.AddrPort]bool{},
+		ca:     cfg.CA,
+		log:    cfg.Logger,
+		m:      newMetrics(cfg.Registry),
+		ready:  cfg.Ready,
+		exempt: cfg.ReadyExempt,
+		ids:    newTracker(),
+		self:   map[netip.AddrPort]bool{},
 	}
 	if x.log == nil {
 		x.log = slog.New(slog.DiscardHandler)
@@ -242,10 +250,6 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		head, _ = sc.next()
 	}
 	rq := &request{start: start, method: r.Method, identity: x.identify(r)}
-	if x.ready != nil && !x.ready() {
-		x.refuse(w, r, rq, http.StatusServiceUnavailable, "not-ready", "egressd is not ready: the self-test has not passed yet")
-		return
-	}
 	if head.bad != "" {
 		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
 		return
@@ -354,3 +358,19 @@ func denyResponse(r *http.Request, status int, reason, rule, detail, help string
 	resp.Header.Set("X-Egressd-Deny", reason)
 	return resp
 }
+
+// isReady applies the Ready gate for a client at remote (host:port),
+// letting exempt connections through.
+func (x *Proxy) isReady(remote string) bool {
+	if x.ready == nil || x.ready() {
+		return true
+	}
+	if x.exempt == nil {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(remote)
+	return err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+}
+
+// notReady is the detail of a 503 while the self-test has not passed.
+const notReady = "egressd is not ready: the self-test has not passed yet (see /readyz)"

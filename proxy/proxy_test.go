@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -375,10 +376,25 @@ func TestQuarantineClosesTunnels(t *testing.T) {
 func TestNotReady(t *testing.T) {
 	h := newHarness(t, testConfig, testNames)
 	h.ready.Store(false)
+	before := h.plain.hits.Load()
 	resp, _ := h.do("GET", "http://allowed.test:"+h.plain.port()+"/", nil, nil)
-	if resp == nil || resp.StatusCode != 503 {
-		t.Fatalf("got %v, want 503 while not ready", resp)
+	if resp == nil || resp.StatusCode != 503 || h.plain.hits.Load() != before {
+		t.Fatalf("got %v, want 503 and no upstream request while not ready", resp)
 	}
+	out := h.raw("CONNECT allowed.test:" + h.tlsO.port() + " HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	if !strings.HasPrefix(out, "HTTP/1.1 503") {
+		t.Fatalf("CONNECT while not ready: %.100q, want 503", out)
+	}
+	// denials stay denials: never less safe, and they still explain themselves
+	if resp, _ := h.do("GET", "http://unlisted.test:"+h.plain.port()+"/", nil, nil); resp == nil || resp.StatusCode != 403 {
+		t.Fatalf("unlisted while not ready: %v, want 403", resp)
+	}
+	// an exempt connection (the self-test's probes) passes the gate
+	h.px.exempt = func(netip.AddrPort) bool { return true }
+	if resp, _ := h.do("GET", "http://allowed.test:"+h.plain.port()+"/", nil, nil); resp == nil || resp.StatusCode != 200 {
+		t.Fatalf("exempt connection while not ready: %v, want 200", resp)
+	}
+	h.px.exempt = nil
 	h.ready.Store(true)
 	if resp, _ := h.do("GET", "http://allowed.test:"+h.plain.port()+"/", nil, nil); resp == nil || resp.StatusCode != 200 {
 		t.Fatalf("got %v, want 200 once ready", resp)

@@ -25,9 +25,6 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	var rq *request
 	if tun, ok := ctx.UserData.(*request); ok {
 		rq = &request{start: time.Now(), identity: tun.identity, method: r.Method, tunnel: tun}
-		if x.ready != nil && !x.ready() {
-			return r, x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", "", "the self-test has not passed yet")
-		}
 		if x.ids.quarantined(rq.identity) {
 			return r, x.deny(r, rq, http.StatusForbidden, "quarantine", "", "identity "+rq.identity+" is quarantined")
 		}
@@ -60,6 +57,9 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
+	}
+	if !x.isReady(r.RemoteAddr) {
+		return r, x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", rq.d.RuleName(), notReady)
 	}
 	if rq.d.Rule.Mirror != policy.MirrorNone {
 		if resp := x.checkMirrorBody(r, rq, p); resp != nil {

@@ -90,10 +90,6 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		rq.identity = src.Addr().Unmap().String()
 	}
 	ctx := context.Background()
-	if x.ready != nil && !x.ready() {
-		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, "not-ready", "transparent TLS before the self-test passed", 0, 0)
-		return
-	}
 	if x.ids.quarantined(rq.identity) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, "quarantine", "", 0, 0)
 		return
@@ -124,6 +120,10 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason.String(), "transparent TLS", 0, 0)
+		return
+	}
+	if !x.isReady(c.RemoteAddr().String()) {
+		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, "not-ready", notReady, 0, 0)
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}

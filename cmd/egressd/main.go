@@ -31,9 +31,11 @@ commands:
   check     [--config FILE] [--method M] [--content-type T] [--json] TARGET
                                                 the decision for a URL or host:port, offline
   validate  [--config FILE]                     check a config; errors name file:line:field
-  selftest  [--config FILE] [--json]            run the escape probes
+  selftest  [--config FILE] [--json] [--state-dir DIR]
+                                                run the escape probes
   nft       apply|show|down [--config FILE]     the kernel walls
-  report    [--config FILE] [--state-dir DIR]   evidence pack for auditors (Markdown)
+  report    [--config FILE] [--state-dir DIR] [--log FILE]
+                                                evidence pack for auditors (Markdown)
   ca        export [--state-dir DIR]            print egressd's CA certificate
   audit     verify [--live] [--strict] [--anchor SEQ:HASH] FILE
                                                 check a hash-chained audit log

@@ -175,3 +175,23 @@ func TestProbeSlots(t *testing.T) {
 		})
 	}
 }
+
+// TestVerdictProxyOnly: serve without --walls proves the checkpoint and
+// names what it did not prove; a leak or any other unfinished probe still
+// keeps it from sealed.
+func TestVerdictProxyOnly(t *testing.T) {
+	skipped := selftest.Result{ID: "tcp/x", Status: selftest.NotRun, Detail: proxyOnly}
+	pass := selftest.Result{ID: "http-canary", Status: selftest.Pass}
+	v := verdict(&selftest.Report{Results: []selftest.Result{pass, skipped, skipped}}, nil)
+	if !v.Sealed || v.Err != nil || !strings.Contains(v.Note, "2 direct-route probes not run") {
+		t.Errorf("proxy-only pass: %+v, want sealed with a note", v)
+	}
+	leak := selftest.Result{ID: "http-canary", Status: selftest.Leak, Detail: "allowed"}
+	if v := verdict(&selftest.Report{Results: []selftest.Result{leak, skipped}}, nil); v.Sealed || len(v.Leaks) != 1 {
+		t.Errorf("proxy-only leak: %+v, want not sealed", v)
+	}
+	root := selftest.Result{ID: "tcp/y", Status: selftest.NotRun, Detail: needsRoot}
+	if v := verdict(&selftest.Report{Results: []selftest.Result{pass, skipped, root}}, nil); v.Sealed || v.Err == nil {
+		t.Errorf("needs root: %+v, want incomplete", v)
+	}
+}

@@ -1,0 +1,210 @@
+package selftest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+)
+
+// resendEvery is how often a datagram probe sends again while it waits: one
+// datagram lost to a neighbour entry still resolving must not read as
+// blocked.
+const resendEvery = 250 * time.Millisecond
+
+// blockedErr says whether a dial or read error means the wall held, and
+// how. ok is false for errors that prove nothing (the probe's own socket
+// failed): the caller reports those as errors.
+func blockedErr(err error) (result string, ok bool) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "blocked (no answer)", true
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "blocked (unreachable)", true
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		// A local output filter (uid-based walls) refuses the send.
+		return "blocked (refused locally)", true
+	}
+	return "", false
+}
+
+// refusedByTarget: a TCP reset or an ICMP port-unreachable came back, so a
+// packet reached the target host. egressd's walls drop silently.
+const refusedByTarget = "a reset or port-unreachable came back: the packet reached the target (egressd's walls drop silently; a REJECT elsewhere on the path also reads as this)"
+
+// tcp connects directly; a connection or a reset is a leak.
+func (r *runner) tcp(ctx context.Context, ap netip.AddrPort) outcome {
+	c, err := r.c.Dial(ctx, "tcp", ap.String())
+	if err == nil {
+		c.Close()
+		return leak("connected", fmt.Sprintf("a direct TCP connection to %s succeeded: the walls let it out", ap))
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return leak("connection refused", refusedByTarget)
+	}
+	if res, ok := blockedErr(err); ok {
+		return pass(res)
+	}
+	return errored("dial failed", err.Error())
+}
+
+// udp sends a datagram the target's service answers; a reply is a leak.
+func (r *runner) udp(ctx context.Context, ap netip.AddrPort) outcome {
+	var payload []byte
+	switch ap.Port() {
+	case 53:
+		q, err := dnsQuery(r.question())
+		if err != nil {
+			return errored("no query", err.Error())
+		}
+		payload = q
+	case 123:
+		payload = ntpRequest()
+	default:
+		payload = []byte("egressd-selftest probe\n")
+	}
+	n, err := r.exchangeUDP(ctx, ap, payload, nil)
+	if err == nil {
+		return leak(fmt.Sprintf("reply of %d bytes", n), fmt.Sprintf("%s answered a datagram sent directly: UDP gets out", ap))
+	}
+	return datagramOutcome(err)
+}
+
+func datagramOutcome(err error) outcome {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return leak("port unreachable", refusedByTarget)
+	}
+	if res, ok := blockedErr(err); ok {
+		return pass(res)
+	}
+	return errored("socket failed", err.Error())
+}
+
+// exchangeUDP sends payload to ap until a datagram comes back (or accept,
+// if set, takes one) or ctx ends; it returns the reply's length.
+func (r *runner) exchangeUDP(ctx context.Context, ap netip.AddrPort, payload []byte, accept func([]byte) bool) (int, error) {
+	return exchangeUDP(ctx, r.c.Dial, ap, payload, accept)
+}
+
+func exchangeUDP(ctx context.Context, dial DialFunc, ap netip.AddrPort, payload []byte, accept func([]byte) bool) (int, error) {
+	c, err := dial(ctx, "udp", ap.String())
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	deadline, _ := ctx.Deadline()
+	buf := make([]byte, 2048)
+	for {
+		if _, err := c.Write(payload); err != nil {
+			return 0, ctxErr(ctx, err)
+		}
+		next := time.Now().Add(resendEvery)
+		if !deadline.IsZero() && next.After(deadline) {
+			next = deadline
+		}
+		c.SetReadDeadline(next)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+					break // send again
+				}
+				return 0, ctxErr(ctx, err)
+			}
+			if accept == nil || accept(buf[:n]) {
+				return n, nil
+			}
+		}
+	}
+}
+
+// ctxErr prefers the context's error once it has ended: the deadline, not
+// the socket's reaction to it, is what happened.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+		return ctx.Err()
+	}
+	return err
+}
+
+// ntpRequest is an NTPv4 client request (RFC 5905): LI 0, VN 4, mode 3,
+// with a random transmit timestamp a server echoes back.
+func ntpRequest() []byte {
+	b := make([]byte, 48)
+	b[0] = 0x23
+	rand.Read(b[40:48])
+	return b
+}
+
+// icmp sends echo requests to a and waits for a matching reply.
+func (r *runner) icmp(ctx context.Context, a netip.Addr) outcome {
+	network, proto := "ip4:icmp", 1
+	var req, reply icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	if a.Is6() {
+		network, proto = "ip6:ipv6-icmp", 58
+		req, reply = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+	}
+	pc, err := r.c.ListenICMP(network)
+	if err != nil {
+		return errored("no ICMP socket", err.Error())
+	}
+	defer pc.Close()
+	stop := context.AfterFunc(ctx, func() { pc.SetDeadline(time.Now()) })
+	defer stop()
+	var idb [2]byte
+	rand.Read(idb[:])
+	id := int(binary.BigEndian.Uint16(idb[:]))
+	msg, err := (&icmp.Message{Type: req, Body: &icmp.Echo{ID: id, Seq: 1, Data: []byte("egressd-selftest")}}).Marshal(nil)
+	if err != nil {
+		return errored("no ICMP message", err.Error())
+	}
+	to := &net.IPAddr{IP: a.AsSlice()}
+	deadline, _ := ctx.Deadline()
+	buf := make([]byte, 1500)
+	for {
+		if _, err := pc.WriteTo(msg, to); err != nil {
+			return datagramOutcome(ctxErr(ctx, err))
+		}
+		next := time.Now().Add(resendEvery)
+		if !deadline.IsZero() && next.After(deadline) {
+			next = deadline
+		}
+		pc.SetReadDeadline(next)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+					break
+				}
+				return datagramOutcome(ctxErr(ctx, err))
+			}
+			// A raw socket sees every ICMP packet of the namespace: keep
+			// only the reply to this probe's own echo.
+			m, err := icmp.ParseMessage(proto, buf[:n])
+			if err != nil || m.Type != reply {
+				continue
+			}
+			e, ok := m.Body.(*icmp.Echo)
+			src, _ := from.(*net.IPAddr)
+			if !ok || e.ID != id || src == nil {
+				continue
+			}
+			if s, ok := netip.AddrFromSlice(src.IP); ok && s.Unmap() == a {
+				return leak("echo reply", fmt.Sprintf("%s answered a ping sent directly: ICMP gets out (a tunnel over ICMP is possible)", a))
+			}
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package selftest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Status is the outcome of one probe.
+type Status string
+
+const (
+	// Pass: the probe was blocked as expected, or a positive control got
+	// through.
+	Pass Status = "pass"
+	// Leak: the probe got out. The run is not sealed.
+	Leak Status = "LEAK"
+	// Failed: a positive control could not reach its target: the
+	// allowlist does not work, so the blocked probes prove nothing.
+	Failed Status = "FAILED"
+	// NotRun: the probe was not attempted (no root, no hook, no target).
+	NotRun Status = "not-run"
+	// Error: the probe could not tell (its own socket failed, the proxy
+	// did not answer).
+	Error Status = "error"
+)
+
+// Outcomes of a whole run, as Report.Outcome returns them.
+const (
+	OutcomeSealed     = "sealed"     // every probe passed
+	OutcomeLeak       = "leak"       // a probe leaked or a positive control failed
+	OutcomeIncomplete = "incomplete" // no leak found, but some probes did not run
+)
+
+// Result is one probe's outcome.
+type Result struct {
+	ID       string        `json:"id"`       // unique probe name, e.g. "tcp/1.1.1.1:443"
+	Route    string        `json:"route"`    // the escape route it tests
+	Target   string        `json:"target"`   // what it tried to reach
+	Expected string        `json:"expected"` // what a sealed sandbox shows
+	Status   Status        `json:"status"`
+	Result   string        `json:"result"` // what happened, briefly
+	Duration time.Duration `json:"duration_ns"`
+	Leak     bool          `json:"leak"`             // Status is Leak or Failed
+	Detail   string        `json:"detail,omitempty"` // why it failed, or a note
+}
+
+// Report is one run of the catalog.
+type Report struct {
+	Start    time.Time     `json:"time"`
+	Duration time.Duration `json:"duration_ns"`
+	Results  []Result      `json:"results"`
+}
+
+// Sealed reports whether every probe ran and passed.
+func (r *Report) Sealed() bool { return r.Outcome() == OutcomeSealed }
+
+// Outcome is OutcomeLeak if any probe leaked or any positive control
+// failed, else OutcomeIncomplete if any probe did not run or could not
+// tell, else OutcomeSealed. An empty run is incomplete.
+func (r *Report) Outcome() string {
+	out := OutcomeSealed
+	if len(r.Results) == 0 {
+		out = OutcomeIncomplete
+	}
+	for _, res := range r.Results {
+		switch res.Status {
+		case Leak, Failed:
+			return OutcomeLeak
+		case NotRun, Error:
+			out = OutcomeIncomplete
+		}
+	}
+	return out
+}
+
+// Failures returns the results with status Leak or Failed.
+func (r *Report) Failures() []Result { return r.with(Leak, Failed) }
+
+// Unfinished returns the results with status NotRun or Error.
+func (r *Report) Unfinished() []Result { return r.with(NotRun, Error) }
+
+func (r *Report) with(ss ...Status) []Result {
+	var out []Result
+	for _, res := range r.Results {
+		for _, s := range ss {
+			if res.Status == s {
+				out = append(out, res)
+			}
+		}
+	}
+	return out
+}
+
+// Summary is one line: the outcome, counts and the run time.
+func (r *Report) Summary() string {
+	n := map[Status]int{}
+	for _, res := range r.Results {
+		n[res.Status]++
+	}
+	return fmt.Sprintf("%s: %d probes, %d passed, %d leaked, %d controls failed, %d not run, %d errors, in %v",
+		r.Outcome(), len(r.Results), n[Pass], n[Leak], n[Failed], n[NotRun], n[Error], r.Duration.Round(time.Millisecond))
+}
+
+// WriteTable prints the report as an aligned table (probe, route, target,
+// expected, result, duration), then the detail of every probe that did not
+// pass, then the summary line.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROBE\tROUTE\tTARGET\tEXPECTED\tRESULT\tTIME")
+	for _, res := range r.Results {
+		mark := string(res.Status)
+		if res.Result != "" {
+			mark += ": " + res.Result
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\n", res.ID, res.Route, clip(res.Target, 60), res.Expected, clip(mark, 60), res.Duration.Round(time.Millisecond))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// One line per distinct reason, so forty "needs root" read as one.
+	type group struct {
+		status Status
+		detail string
+		ids    []string
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	for _, res := range r.Results {
+		if res.Status == Pass || res.Detail == "" {
+			continue
+		}
+		k := string(res.Status) + "\x00" + res.Detail
+		g := byKey[k]
+		if g == nil {
+			g = &group{status: res.Status, detail: res.Detail}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.ids = append(g.ids, res.ID)
+	}
+	var b strings.Builder
+	for _, g := range groups {
+		who := strings.Join(g.ids, ", ")
+		if len(g.ids) > 3 {
+			who = fmt.Sprintf("%s and %d more", strings.Join(g.ids[:2], ", "), len(g.ids)-2)
+		}
+		fmt.Fprintf(&b, "%s %s: %s\n", g.status, who, g.detail)
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "%s\n", r.Summary())
+	_, err := io.WriteString(w, "\n"+b.String())
+	return err
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+// jsonReport is the JSON form: the results plus the derived outcome and
+// counts, so a history line can be read without recomputing them.
+type jsonReport struct {
+	Time       time.Time `json:"time"`
+	DurationMS float64   `json:"duration_ms"`
+	Outcome    string    `json:"outcome"`
+	Sealed     bool      `json:"sealed"`
+	Probes     int       `json:"probes"`
+	Leaks      int       `json:"leaks"`
+	NotRun     int       `json:"not_run"`
+	Results    []Result  `json:"results"`
+}
+
+// MarshalJSON adds outcome, sealed and counts to the results.
+func (r *Report) MarshalJSON() ([]byte, error) {
+	j := jsonReport{Time: r.Start, DurationMS: float64(r.Duration.Microseconds()) / 1000,
+		Outcome: r.Outcome(), Sealed: r.Sealed(), Probes: len(r.Results), Results: r.Results}
+	j.Leaks = len(r.Failures())
+	j.NotRun = len(r.Unfinished())
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (r *Report) UnmarshalJSON(b []byte) error {
+	var j jsonReport
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	r.Start = j.Time
+	r.Duration = time.Duration(j.DurationMS * float64(time.Millisecond))
+	r.Results = j.Results
+	return nil
+}
