@@ -126,9 +126,16 @@ func TestReload(t *testing.T) {
 	if got := f.status(t, f.b); got != 403 {
 		t.Fatalf("origin b before reload: %d, want 403", got)
 	}
-	// a good change, seen by the file watcher
-	f.write(t, config("127.0.0.1:0", port(f.a), port(f.b)))
-	waitFor(t, "the new policy", func() bool { return f.status(t, f.b) == 200 })
+	// a good change, seen by the file watcher (written again until seen:
+	// the watcher may not be registered yet when the test starts writing)
+	next := time.Now()
+	waitFor(t, "the new policy", func() bool {
+		if time.Now().After(next) {
+			f.write(t, config("127.0.0.1:0", port(f.a), port(f.b)))
+			next = time.Now().Add(time.Second)
+		}
+		return f.status(t, f.b) == 200
+	})
 
 	// a broken change: rejected, the old policy still answers
 	f.write(t, "version: 1\nallow:\n  - hosts: [\"*.com\"]\n")
