@@ -134,7 +134,7 @@ func TestOutcome(t *testing.T) {
 
 func TestReportJSONAndTable(t *testing.T) {
 	rep := &Report{Start: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Duration: 1500 * time.Millisecond, Results: []Result{
-		{ID: "tcp/192.0.2.1:443", Route: "direct tcp", Target: "192.0.2.1:443", Expected: expNoConn, Status: Pass, Result: "blocked (no answer)", Duration: time.Second},
+		{ID: "tcp/203.0.113.1:443", Route: "direct tcp", Target: "203.0.113.1:443", Expected: expNoConn, Status: Pass, Result: "blocked (no answer)", Duration: time.Second},
 		{ID: "http-canary", Route: "proxy http", Target: "http://canary.example/", Expected: expRefused, Status: Leak, Leak: true, Result: "200 from beyond egressd", Detail: "went through"},
 	}}
 	b, err := json.Marshal(rep)
