@@ -69,10 +69,10 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 // holdTunnel ties a tunnel to its client connection: the identity's
 // connection slot is released and the tunnel forgotten only when the
 // connection closes, and a quarantine can close it at once.
-func (x *Proxy) holdTunnel(r *http.Request, rq *request, takeSlot bool) {
+func (x *Proxy) holdTunnel(r *http.Request, rq *request, takeSlot bool) bool {
 	sc, _ := r.Context().Value(keyConn).(*scanConn)
 	if sc == nil {
-		return
+		return false
 	}
 	release := func() {}
 	if takeSlot {
@@ -86,6 +86,7 @@ func (x *Proxy) holdTunnel(r *http.Request, rq *request, takeSlot bool) {
 		x.m.tunnels.Dec()
 		release()
 	})
+	return true
 }
 
 // mitmTLS returns the TLS config for the client side of an inspected
@@ -135,9 +136,19 @@ func sniMatches(t *policy.Target, sni string) bool {
 
 // splice runs a host-only tunnel: dial first (so failures get a proper
 // status), answer 200, check the ClientHello's SNI, replay it upstream and
-// copy both ways. Between two TCP sockets io.Copy uses splice(2).
+// copy both ways (relay: read and write with a buffer held only while data
+// flows).
 func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *policy.Policy) {
-	defer client.Close()
+	var up net.Conn
+	handedOff := false // the relay closes both connections from then on
+	defer func() {
+		if !handedOff {
+			client.Close()
+			if up != nil {
+				up.Close()
+			}
+		}
+	}()
 	up, _, err := x.dialer.dial(req.Context(), p, &rq.d, rq.target.Port)
 	if err != nil {
 		status, reason := statusFor(err)
@@ -152,11 +163,10 @@ func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *polic
 		resp.Write(client)
 		return
 	}
-	defer up.Close()
+	// The relay below outlives ServeHTTP and its connection slot, so the
+	// tunnel takes a slot of its own (ServeHTTP checked the limit).
 	sc, _ := client.(*scanConn)
-	if sc != nil {
-		x.holdTunnel(req, rq, false) // splice runs inside ServeHTTP, which holds the slot
-	}
+	held := sc != nil && x.holdTunnel(req, rq, true)
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
@@ -184,13 +194,28 @@ func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *polic
 	}
 	var src net.Conn = client
 	if sc != nil {
-		src = sc.Conn // the raw TCP socket, so copies can splice
+		src = sc.Conn // the raw TCP socket: relay reads it directly
 	}
-	out, in := pipe(src, up)
-	out += int64(len(pre))
-	x.m.bytes.WithLabelValues("out").Add(float64(out))
-	x.m.bytes.WithLabelValues("in").Add(float64(in))
-	x.logDecision(req.Context(), rq, http.StatusOK, "tunnel", in, out)
+	ctx := context.WithoutCancel(req.Context()) // net/http cancels it when ServeHTTP returns
+	sent := int64(len(pre))                     // not pre itself: an idle tunnel keeps nothing it does not need
+	tunnel := func() {
+		defer client.Close()
+		defer up.Close()
+		out, in := pipe(src, up)
+		out += sent
+		x.m.bytesOut.Add(float64(out))
+		x.m.bytesIn.Add(float64(in))
+		x.logDecision(ctx, rq, http.StatusOK, "tunnel", in, out)
+	}
+	handedOff = true
+	if !held {
+		tunnel() // no slot of its own: stay inside ServeHTTP, which holds one
+		return
+	}
+	// A tunnel can stay open for hours: relay on a fresh goroutine and let
+	// net/http's connection goroutine end, with its deep stack and its
+	// buffers, which a hijacked connection keeps until the handler returns.
+	go tunnel()
 }
 
 // pipe copies both ways until both directions end, half-closing as each
@@ -200,10 +225,10 @@ func pipe(client, up net.Conn) (out, in int64) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		out, _ = io.Copy(up, client)
+		out, _ = relay(up, client)
 		closeWrite(up)
 	}()
-	in, _ = io.Copy(client, up)
+	in, _ = relay(client, up)
 	closeWrite(client)
 	wg.Wait()
 	return out, in

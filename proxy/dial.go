@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,13 +34,30 @@ const reasonProxyLoop = "proxy-loop"
 // policy, and connects to a checked address itself, so the address checked
 // is the address reached (no second lookup, no rebinding window).
 type checkedDialer struct {
-	res     *Resolver
-	timeout time.Duration
+	// cur is what the policy decides about dialing, swapped whole on
+	// reload while dials read it.
+	cur atomic.Pointer[dialSettings]
+	// resolverDial opens sockets to the DNS upstreams; nil: net.Dialer.
+	resolverDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// self reports whether an address is one of egressd's own listeners.
 	self func(netip.AddrPort) bool
 	// control runs on each upstream socket before connect (tests use it
 	// for a namespace guard); nil means none.
 	control func(network, address string, c syscall.RawConn) error
+}
+
+type dialSettings struct {
+	res     *Resolver
+	timeout time.Duration
+}
+
+// setPolicy takes the resolvers and dial timeout of p (a fresh resolver,
+// so no answer cached under the old upstreams survives a reload).
+func (x *checkedDialer) setPolicy(p *policy.Policy) {
+	x.cur.Store(&dialSettings{
+		res:     &Resolver{Upstreams: p.Resolver.Upstreams, Dial: x.resolverDial},
+		timeout: p.Limits.DialTimeout,
+	})
 }
 
 // dial connects to the target of an allowed decision on port.
@@ -49,7 +67,7 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 		addrs = []netip.Addr{d.Addr.Unmap()}
 	} else {
 		var err error
-		if addrs, err = x.res.Lookup(ctx, d.Host); err != nil {
+		if addrs, err = x.cur.Load().res.Lookup(ctx, d.Host); err != nil {
 			return nil, netip.AddrPort{}, err
 		}
 	}
@@ -82,9 +100,12 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 		}
 		return nil, netip.AddrPort{}, refused
 	}
-	nd := net.Dialer{Timeout: x.timeout, Control: x.control}
+	nd := net.Dialer{Timeout: x.cur.Load().timeout, Control: x.control}
 	var errs []error
 	for _, ap := range good {
+		// Not nd.DialTCP: with no local address it still binds 0.0.0.0:0
+		// before connecting (Go 1.26), which takes an ephemeral port for
+		// every destination at once.
 		c, err := nd.DialContext(ctx, "tcp", ap.String())
 		if err == nil {
 			return c, ap, nil

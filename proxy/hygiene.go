@@ -73,7 +73,9 @@ func (c *scanConn) next() (headInfo, bool) {
 		return headInfo{}, false
 	}
 	h := c.heads[0]
-	c.heads = c.heads[1:]
+	n := copy(c.heads, c.heads[1:]) // keep the backing array: heads come one at a time
+	c.heads[n] = headInfo{}
+	c.heads = c.heads[:n]
 	return h, true
 }
 
@@ -169,14 +171,15 @@ func (c *scanConn) endLine() {
 // endHead records the facts of a complete head and sets up body framing.
 func (c *scanConn) endHead() {
 	head := c.line
-	c.line = nil
 	var h headInfo
-	lines := bytes.Split(head, []byte("\n"))
-	reqLine := bytes.TrimSpace(lines[0])
+	reqLine, rest, _ := bytes.Cut(head, []byte("\n"))
+	reqLine = bytes.TrimSpace(reqLine)
 	var cl, te int
 	var chunked bool
 	var length int64
-	for _, l := range lines[1:] {
+	for len(rest) > 0 {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte("\n"))
 		l = bytes.TrimRight(l, "\r")
 		if len(l) == 0 {
 			continue
@@ -211,6 +214,12 @@ func (c *scanConn) endHead() {
 		h.bad = "more than one Transfer-Encoding header"
 	}
 	c.heads = append(c.heads, h)
+	// head (and reqLine) alias c.line: reuse it for the next head, unless
+	// it grew large or the connection stops being HTTP.
+	c.line = c.line[:0]
+	if cap(c.line) > 4<<10 {
+		c.line = nil
+	}
 	switch {
 	case bytes.HasPrefix(reqLine, []byte("CONNECT ")):
 		c.st = stDone
@@ -222,6 +231,9 @@ func (c *scanConn) endHead() {
 		c.st, c.bodyLeft = stBody, length
 	default:
 		c.st = stHead
+	}
+	if c.st == stDone {
+		c.line = nil // a tunnel from here on: nothing more to scan
 	}
 }
 

@@ -7,6 +7,8 @@ type metrics struct {
 	requests        *prometheus.CounterVec
 	highRisk        prometheus.Counter
 	bytes           *prometheus.CounterVec
+	bytesIn         prometheus.Counter // bytes{direction="in"}, looked up once
+	bytesOut        prometheus.Counter
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
 }
@@ -30,6 +32,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 0.1},
 		}),
 	}
+	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
 		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency)
 	}

@@ -59,7 +59,8 @@ type Config struct {
 type Proxy struct {
 	pol    atomic.Pointer[policy.Policy]
 	gp     *goproxy.ProxyHttpServer
-	tr     *http.Transport
+	tr     *http.Transport // requests with a body or an upgrade, TLS upstreams
+	up     *upstream       // bodiless plain-HTTP requests
 	dialer *checkedDialer
 	ca     CertIssuer
 	log    *slog.Logger
@@ -97,11 +98,11 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	x.pol.Store(p)
 	x.dialer = &checkedDialer{
-		res:     &Resolver{Upstreams: p.Resolver.Upstreams, Dial: cfg.ResolverDial},
-		timeout: p.Limits.DialTimeout,
-		self:    x.isSelf,
-		control: cfg.Control,
+		resolverDial: cfg.ResolverDial,
+		self:         x.isSelf,
+		control:      cfg.Control,
 	}
+	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
 		Proxy:                 nil, // never chain through environment proxies
 		DialContext:           x.dialUpstream,
@@ -114,6 +115,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		ResponseHeaderTimeout: 60 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
+	x.up = &upstream{dial: x.dialDecided, limits: x.tr}
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
 	gp.Tr = x.tr
@@ -134,9 +136,9 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 // SetPolicy swaps the policy for new requests and connections at once.
 func (x *Proxy) SetPolicy(p *policy.Policy) {
 	x.pol.Store(p)
-	x.dialer.res = &Resolver{Upstreams: p.Resolver.Upstreams, Dial: x.dialer.res.Dial}
-	x.dialer.timeout = p.Limits.DialTimeout
+	x.dialer.setPolicy(p)
 	x.tr.CloseIdleConnections() // pooled upstreams were checked under the old policy
+	x.up.closeIdle()
 }
 
 // Policy returns the policy in force.
@@ -176,6 +178,7 @@ func (x *Proxy) Shutdown(ctx context.Context) error {
 	srvs := x.servers
 	x.mu.Unlock()
 	x.ids.closeAll()
+	x.up.closeIdle()
 	var errs []error
 	for _, s := range srvs {
 		errs = append(errs, s.Shutdown(ctx))

@@ -66,7 +66,12 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 			return r, resp
 		}
 	}
-	r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
+	if rq.tunnel != nil {
+		// a request inside an inspected tunnel: its context holds the
+		// tunnel's state, and the dial needs this request's decision (a
+		// plain request's context already holds rq, from ServeHTTP)
+		r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
+	}
 	ctx.RoundTripper = goproxy.RoundTripperFunc(x.roundTrip)
 	return r, nil
 }
@@ -147,6 +152,11 @@ func (x *Proxy) checkMirrorBody(r *http.Request, rq *request, p *policy.Policy) 
 // transport asks for and dials the decided target through the checks.
 func (x *Proxy) dialUpstream(ctx context.Context, network, _ string) (net.Conn, error) {
 	rq, _ := ctx.Value(keyDecision).(*request)
+	return x.dialDecided(ctx, rq)
+}
+
+// dialDecided dials the target of an allow decision through the checks.
+func (x *Proxy) dialDecided(ctx context.Context, rq *request) (net.Conn, error) {
 	if rq == nil || !rq.d.Allow {
 		return nil, &DenyError{Reason: "internal", Detail: "dial without an allow decision"}
 	}
@@ -159,7 +169,13 @@ func (x *Proxy) dialUpstream(ctx context.Context, network, _ string) (net.Conn, 
 // 502 for anything else. The decision is logged when the body is done.
 func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
 	rq, _ := r.Context().Value(keyDecision).(*request)
-	resp, err := x.tr.RoundTrip(r)
+	var resp *http.Response
+	var err error
+	if syncable(r) {
+		resp, err = x.up.roundTrip(r, rq)
+	} else {
+		resp, err = x.tr.RoundTrip(r)
+	}
 	if err != nil {
 		status, reason := statusFor(err)
 		var de *DenyError
@@ -169,21 +185,22 @@ func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response,
 		}
 		return x.deny(r, rq, status, reason, rq.d.RuleName(), err.Error()), nil
 	}
-	out := max(r.ContentLength, 0)
-	resp.Body = &countingBody{ReadCloser: resp.Body, done: func(in int64) {
-		x.m.bytes.WithLabelValues("in").Add(float64(in))
-		x.m.bytes.WithLabelValues("out").Add(float64(out))
-		x.logDecision(r.Context(), rq, resp.StatusCode, "", in, out)
-	}}
+	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, r: r, rq: rq, status: resp.StatusCode, out: max(r.ContentLength, 0)}
 	return resp, nil
 }
 
-// countingBody counts response bytes and reports once, on Close.
+// countingBody counts response bytes, and on the first Close counts the
+// bytes in the metrics and logs the decision.
 type countingBody struct {
 	io.ReadCloser
 	n    int64
 	once atomic.Bool
-	done func(int64)
+
+	x      *Proxy
+	r      *http.Request
+	rq     *request
+	status int
+	out    int64 // request body bytes sent upstream
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
@@ -195,7 +212,9 @@ func (b *countingBody) Read(p []byte) (int, error) {
 func (b *countingBody) Close() error {
 	err := b.ReadCloser.Close()
 	if b.once.CompareAndSwap(false, true) {
-		b.done(b.n)
+		b.x.m.bytesIn.Add(float64(b.n))
+		b.x.m.bytesOut.Add(float64(b.out))
+		b.x.logDecision(b.r.Context(), b.rq, b.status, "", b.n, b.out)
 	}
 	return err
 }

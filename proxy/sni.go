@@ -1,11 +1,11 @@
 package proxy
 
 import (
-	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"time"
 )
 
@@ -19,28 +19,30 @@ var ErrNotTLS = errors.New("not a TLS client hello")
 // (post-quantum key shares included) stay well under 16 KiB.
 const maxHelloBytes = 64 << 10
 
+// helloFirstRead is the first read's size: one system call brings in a
+// whole typical ClientHello (1.5 to 2 KiB with a post-quantum key share);
+// a larger one takes more reads.
+const helloFirstRead = 2 << 10
+
 // peekClientHello reads the client's TLS ClientHello without answering it
 // and returns it with the bytes read, which must be replayed upstream. It
 // uses crypto/tls's own parser rather than a hand-written one.
 func peekClientHello(c net.Conn, timeout time.Duration) (*tls.ClientHelloInfo, []byte, error) {
-	var buf bytes.Buffer
 	if timeout > 0 {
 		c.SetReadDeadline(time.Now().Add(timeout))
 		defer c.SetReadDeadline(time.Time{})
 	}
+	rd := &helloReader{c: c, buf: make([]byte, 0, helloFirstRead)}
+	if err := rd.fill(); err != nil {
+		return nil, rd.buf, err
+	}
 	// Check the record type first: a non-TLS client must not be fed to the
 	// TLS parser, which would answer it with an alert.
-	var first [1]byte
-	if _, err := io.ReadFull(c, first[:]); err != nil {
-		return nil, nil, err
-	}
-	buf.Write(first[:])
-	if first[0] != 0x16 {
-		return nil, buf.Bytes(), ErrNotTLS
+	if rd.buf[0] != 0x16 {
+		return nil, rd.buf, ErrNotTLS
 	}
 	var hello *tls.ClientHelloInfo
-	ro := &readOnlyConn{replayConn{Conn: c, r: io.TeeReader(io.LimitReader(c, maxHelloBytes), &buf), pre: first[:]}}
-	err := tls.Server(ro, &tls.Config{
+	err := tls.Server(&readOnlyConn{replayConn{Conn: c, r: rd}}, &tls.Config{
 		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			hello = h
 			return nil, errHelloRead
@@ -50,9 +52,49 @@ func peekClientHello(c net.Conn, timeout time.Duration) (*tls.ClientHelloInfo, [
 		if err == nil {
 			err = ErrNotTLS
 		}
-		return nil, buf.Bytes(), err
+		return nil, rd.buf, err
 	}
-	return hello, buf.Bytes(), nil
+	return hello, rd.buf, nil
+}
+
+// helloReader feeds the TLS parser from buf and reads more from c into
+// buf when the parser wants it, so that every byte taken from the client
+// is kept for the replay; it stops at maxHelloBytes.
+type helloReader struct {
+	c   net.Conn
+	buf []byte
+	off int // bytes of buf the parser has read
+}
+
+func (r *helloReader) Read(p []byte) (int, error) {
+	if r.off == len(r.buf) {
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, r.buf[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// fill appends at least one byte from c to buf.
+func (r *helloReader) fill() error {
+	if len(r.buf) >= maxHelloBytes {
+		return io.EOF
+	}
+	if len(r.buf) == cap(r.buf) {
+		r.buf = slices.Grow(r.buf, min(cap(r.buf), maxHelloBytes-len(r.buf)))
+	}
+	for {
+		n, err := r.c.Read(r.buf[len(r.buf):min(cap(r.buf), maxHelloBytes)])
+		r.buf = r.buf[:len(r.buf)+n]
+		if n > 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // replayConn returns pre before reading from r (Conn when r is nil): the

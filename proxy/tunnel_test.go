@@ -1,0 +1,213 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// recordHello returns the first flight of a Go TLS client configured by
+// cfg: its ClientHello, as a proxy would read it.
+func recordHello(t testing.TB, cfg *tls.Config) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go tls.Client(a, cfg).Handshake()
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(b, hdr); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+	if _, err := io.ReadFull(b, body); err != nil {
+		t.Fatal(err)
+	}
+	return append(hdr, body...)
+}
+
+func TestPeekClientHello(t *testing.T) {
+	hello := recordHello(t, &tls.Config{ServerName: "allowed.test"})
+	noSNI := recordHello(t, &tls.Config{ServerName: "127.0.0.1"})
+	var protos []string // an ALPN list that makes the hello far larger than the first read
+	for i := range 300 {
+		protos = append(protos, fmt.Sprintf("proto-%024d", i))
+	}
+	big := recordHello(t, &tls.Config{ServerName: "allowed.test", NextProtos: protos})
+	if len(big) <= helloFirstRead {
+		t.Fatalf("test hello is %d bytes, want more than %d", len(big), helloFirstRead)
+	}
+	tests := []struct {
+		name    string
+		writes  [][]byte // what the client sends, write by write, then it waits
+		close   bool     // the client closes after its writes
+		wantSNI string
+		wantErr error // nil: a hello is parsed
+		wantRaw []byte
+	}{
+		{name: "one write", writes: [][]byte{hello}, wantSNI: "allowed.test", wantRaw: hello},
+		{name: "byte by byte", writes: split(hello, 1), wantSNI: "allowed.test", wantRaw: hello},
+		{name: "record header apart", writes: [][]byte{hello[:3], hello[3:]}, wantSNI: "allowed.test", wantRaw: hello},
+		{name: "hello and what follows, kept for the replay", writes: [][]byte{append(append([]byte{}, hello...), "early"...)}, wantSNI: "allowed.test", wantRaw: append(append([]byte{}, hello...), "early"...)},
+		{name: "no SNI", writes: [][]byte{noSNI}, wantSNI: "", wantRaw: noSNI},
+		{name: "larger than the first read", writes: split(big, 1000), wantSNI: "allowed.test", wantRaw: big},
+		{name: "not TLS", writes: [][]byte{[]byte("GET / HTTP/1.1\r\n")}, wantErr: ErrNotTLS, wantRaw: []byte("GET / HTTP/1.1\r\n")},
+		{name: "truncated", writes: [][]byte{hello[:len(hello)/2]}, close: true, wantErr: io.ErrUnexpectedEOF},
+		{name: "oversized record", writes: [][]byte{append([]byte{0x16, 3, 1, 0xff, 0xff}, make([]byte, 100)...)}, wantErr: errAny},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer server.Close()
+			go func() {
+				for _, w := range tt.writes {
+					if _, err := client.Write(w); err != nil {
+						return
+					}
+				}
+				if tt.close {
+					client.Close()
+				}
+			}()
+			defer client.Close()
+			got, raw, err := peekClientHello(server, 5*time.Second)
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Fatalf("got error %v, want a hello", err)
+			case tt.wantErr == nil && got.ServerName != tt.wantSNI:
+				t.Errorf("got SNI %q, want %q", got.ServerName, tt.wantSNI)
+			case tt.wantErr == errAny && err == nil, tt.wantErr != nil && tt.wantErr != errAny && !errors.Is(err, tt.wantErr):
+				t.Errorf("got error %v, want %v", err, tt.wantErr)
+			case tt.wantErr != nil && got != nil:
+				t.Errorf("got a hello for %s", tt.name)
+			}
+			if tt.wantRaw != nil && !bytes.Equal(raw, tt.wantRaw) {
+				t.Errorf("got %d bytes to replay, want the %d read", len(raw), len(tt.wantRaw))
+			}
+		})
+	}
+}
+
+var errAny = errors.New("any error")
+
+func split(b []byte, n int) [][]byte {
+	var out [][]byte
+	for len(b) > n {
+		out = append(out, b[:n])
+		b = b[n:]
+	}
+	return append(out, b)
+}
+
+// openFDs counts this process's descriptors.
+func openFDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
+
+// TestIdleTunnelDescriptors: an idle tunnel costs its four sockets (both
+// ends of both connections, all in this process) and nothing more — no
+// splice(2) pipe per waiting direction. The control relays TCP pairs with
+// io.Copy, which splices, and shows the count sees those pipes.
+func TestIdleTunnelDescriptors(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("splice and /proc/self/fd are Linux")
+	}
+	const n = 20
+	// Pipes of finished splices wait in a pool until two collections
+	// have passed; they must not be counted, nor reused unseen.
+	settle := func() {
+		for range 3 {
+			runtime.GC()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	perIdle := func(open func()) float64 {
+		settle()
+		before := openFDs(t)
+		for range n {
+			open()
+		}
+		time.Sleep(200 * time.Millisecond)
+		return float64(openFDs(t)-before) / n
+	}
+
+	h := newHarness(t, testConfig, testNames)
+	// an origin that reads through a buffer: it holds no pipe itself
+	sink := newRawOrigin(t, func(_ net.Conn, br *bufio.Reader) { io.Copy(io.Discard, br) })
+	if per := perIdle(func() { h.connect(t, "ssh.test:"+sink.port()) }); per > 4.5 {
+		t.Errorf("%.1f descriptors per idle tunnel, want 4 (client, both proxy sockets, origin)", per)
+	}
+
+	// control: the same count sees the pipes of io.Copy between sockets
+	echo := echoServer(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", echo)
+			if err != nil {
+				c.Close()
+				return
+			}
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+	per := perIdle(func() {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	})
+	if per < 6 {
+		t.Fatalf("control: %.1f descriptors per idle io.Copy pair, want about 8: the count does not see splice pipes", per)
+	}
+}
+
+// TestTunnelHoldsSlot: a spliced tunnel runs after its CONNECT request is
+// done, and keeps its identity's connection slot until it closes.
+func TestTunnelHoldsSlot(t *testing.T) {
+	h := newHarness(t, testConfig+"limits:\n  conns_per_identity: 2\n", testNames)
+	echo := echoServer(t)
+	_, port := splitPort(echo)
+	a := h.connect(t, "ssh.test:"+port)
+	h.connect(t, "ssh.test:"+port)
+	out := h.raw("CONNECT ssh.test:" + port + " HTTP/1.1\r\nHost: ssh.test\r\n\r\n")
+	if !strings.HasPrefix(out, "HTTP/1.1 429") || !strings.Contains(out, "conn-limit") {
+		t.Fatalf("third tunnel of an identity limited to 2: got %.80q, want 429 conn-limit", out)
+	}
+	a.Close()
+	waitFor(t, "the closed tunnel to give its slot back", func() bool {
+		c, err := net.Dial("tcp", h.proxyURL.Host)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT ssh.test:%s HTTP/1.1\r\nHost: ssh.test\r\n\r\n", port)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return strings.HasPrefix(line, "HTTP/1.1 200")
+	})
+}
