@@ -75,9 +75,11 @@ func (x *Proxy) holdTunnel(r *http.Request, rq *request, takeSlot bool) bool {
 		return false
 	}
 	release := func() {}
-	if takeSlot {
-		// an inspected tunnel outlives ServeHTTP, so it holds a slot of its own
-		release, _ = x.ids.acquire(rq.identity, 0)
+	if takeSlot && rq.release != nil {
+		// The tunnel outlives ServeHTTP: it takes over ServeHTTP's slot
+		// (on ServeHTTP's goroutine, before it returns), so the identity
+		// never counts one connection twice.
+		release, rq.release = rq.release, nil
 	}
 	x.m.tunnels.Inc()
 	x.ids.addTunnel(rq.identity, sc)

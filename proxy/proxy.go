@@ -241,6 +241,9 @@ type request struct {
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
 	conn   *scanConn // client connection of an inspected tunnel
+	// release gives back the identity's connection slot ServeHTTP took;
+	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
+	release func()
 }
 
 // ServeHTTP runs the checks every request and CONNECT gets before goproxy
@@ -271,7 +274,12 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.refuse(w, r, rq, http.StatusTooManyRequests, "conn-limit", "too many concurrent connections for identity "+orNone(rq.identity))
 		return
 	}
-	defer release()
+	rq.release = release
+	defer func() {
+		if rq.release != nil { // not taken over by a tunnel
+			rq.release()
+		}
+	}()
 	r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
 	x.gp.ServeHTTP(w, r)
 }
