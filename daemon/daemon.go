@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,7 +98,7 @@ func New(opt Options) (*Daemon, error) {
 	if opt.Verify == nil && !opt.NoSelftest {
 		return nil, errors.New("daemon: no self-test to verify the walls: pass --no-selftest to serve without one (it will be reported)")
 	}
-	p, err := opt.Load()
+	p, err := load(opt.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -322,13 +323,22 @@ func (d *Daemon) scheduled(ctx context.Context) {
 	}
 }
 
+// load reads a policy and hands the parse's garbage back to the system:
+// a million-host config leaves ~400 MiB of freed YAML nodes that the Go
+// runtime would otherwise keep mapped long after (bench/RESULTS.md).
+func load(f func() (*policy.Policy, error)) (*policy.Policy, error) {
+	p, err := f()
+	debug.FreeOSMemory()
+	return p, err
+}
+
 // Reload is the verified reload: parse → apply → self-test → keep, or roll
 // back to the last good policy and walls and say why. A config that does
 // not parse changes nothing.
 func (d *Daemon) Reload(ctx context.Context, why string) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	next, err := d.opt.Load()
+	next, err := load(d.opt.Load)
 	if err != nil {
 		d.reloads.WithLabelValues("invalid").Inc()
 		d.log.Error("reload rejected: the old policy stays in force", "trigger", why, "err", err)

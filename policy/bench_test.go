@@ -124,3 +124,28 @@ func BenchmarkNormalizeHost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGC1M is the cost the loaded policy adds to every garbage
+// collection (which the request path pays for in mark assists and
+// stolen CPU): a full GC with the 1M-host policy live, against one with a
+// 10-host policy. With a map[string]int32 host index (a pointer per name)
+// the first took 25 ms against 0.14 ms; with hostIndex they are equal.
+func BenchmarkGC1M(b *testing.B) {
+	small, err := Parse(strings.NewReader(bigConfig(10)), "small.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		p    func() *Policy
+	}{{"10-hosts", func() *Policy { return small }}, {"1M-hosts", func() *Policy { return bigPolicy(b) }}} {
+		b.Run(c.name, func(b *testing.B) {
+			p := c.p()
+			runtime.GC()
+			for b.Loop() {
+				runtime.GC()
+			}
+			runtime.KeepAlive(p)
+		})
+	}
+}

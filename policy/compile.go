@@ -39,11 +39,7 @@ var defaultPorts = []portRange{{80, 80}, {443, 443}}
 
 func (c *compiler) compile(raw *rawConfig) *Policy {
 	p := &Policy{
-		Source:     c.file,
-		exact:      map[string]int32{},
-		suffix:     map[string]int32{},
-		denyExact:  map[string]struct{}{},
-		denySuffix: map[string]struct{}{},
+		Source: c.file,
 	}
 	switch {
 	case raw.Version == nil:
@@ -70,7 +66,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 		}
 	}
 	c.uniqueNames(raw.Allow)
-	p.index()
+	c.index(p)
 	c.deny(p, &raw.Deny)
 	c.identities(p, raw.Identities)
 	c.sandbox(p, &raw.Sandbox)
@@ -122,8 +118,8 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		c.errf(line, f, "rule %q names no hosts and no cidrs: it would match nothing", r.Name)
 	}
 	for j, h := range rr.Hosts {
-		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok {
-			r.Hosts = append(r.Hosts, pat)
+		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok && !r.Hosts.add(pat) {
+			c.errf(h.Line, fmt.Sprintf("%s.hosts[%d]", f, j), "rule %q holds more than 4 GiB of host names", r.Name)
 		}
 	}
 	for j, s := range rr.CIDRs {
@@ -298,19 +294,20 @@ func (c *compiler) portRange(v at[string], field string) (portRange, bool) {
 	return portRange{uint16(a), uint16(b)}, true
 }
 
-// index builds the host lookup maps from the compiled rules.
-func (p *Policy) index() {
-	add := func(m map[string]int32, key string, idx int32) {
-		old, ok := m[key]
+// index builds the host lookup tables from the compiled rules.
+func (c *compiler) index(p *Policy) {
+	full := false
+	add := func(x *hostIndex, key string, idx int32) {
+		old, ok := x.get(key)
 		switch {
 		case !ok:
-			m[key] = idx
+			full = full || !x.set(key, idx)
 		case old >= 0:
 			if old == idx {
 				return
 			}
 			p.multi = append(p.multi, []int32{old, idx})
-			m[key] = -int32(len(p.multi))
+			x.set(key, -int32(len(p.multi)))
 		default:
 			l := p.multi[-old-1]
 			if l[len(l)-1] != idx {
@@ -318,32 +315,48 @@ func (p *Policy) index() {
 			}
 		}
 	}
+	var exact, suffix [2]int // names, bytes
+	for _, r := range p.Rules {
+		for h := range r.Hosts.All() {
+			if s, ok := strings.CutPrefix(h, "*."); ok {
+				suffix[0], suffix[1] = suffix[0]+1, suffix[1]+len(s)
+			} else if h != "*" {
+				exact[0], exact[1] = exact[0]+1, exact[1]+len(h)
+			}
+		}
+	}
+	p.exact.reserve(exact[0], exact[1])
+	p.suffix.reserve(suffix[0], suffix[1])
 	for i, r := range p.Rules {
 		idx := int32(i)
-		for _, h := range r.Hosts {
+		for h := range r.Hosts.All() {
 			switch {
 			case h == "*":
 				p.star = append(p.star, idx)
 			case strings.HasPrefix(h, "*."):
 				s := h[2:]
-				add(p.suffix, s, idx)
+				add(&p.suffix, s, idx)
 				p.maxDepth = max(p.maxDepth, strings.Count(s, ".")+1)
 			default:
-				add(p.exact, h, idx)
+				add(&p.exact, h, idx)
 			}
 		}
 		if len(r.CIDRs) > 0 {
 			p.cidrRule = append(p.cidrRule, idx)
 		}
 	}
+	if full {
+		c.errf(1, "allow", "more than 4 GiB of host names: split the policy")
+	}
 }
 
 func (c *compiler) deny(p *Policy, d *rawDeny) {
+	full := false
 	for _, n := range builtinHighRiskNames {
-		p.denyExact[n] = struct{}{}
+		p.denyExact.set(n, 0)
 	}
 	for _, n := range builtinHighRiskSuffixes {
-		p.denySuffix[n] = struct{}{}
+		p.denySuffix.set(n, 0)
 	}
 	for j, h := range d.Hosts {
 		pat, ok := c.hostPattern(h, fmt.Sprintf("deny.hosts[%d]", j), false)
@@ -351,10 +364,13 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 			continue
 		}
 		if s, wild := strings.CutPrefix(pat, "*."); wild {
-			p.denySuffix[s] = struct{}{}
+			full = full || !p.denySuffix.set(s, 0)
 		} else {
-			p.denyExact[pat] = struct{}{}
+			full = full || !p.denyExact.set(pat, 0)
 		}
+	}
+	if full {
+		c.errf(1, "deny.hosts", "more than 4 GiB of host names: split the policy")
 	}
 	for j, s := range d.CIDRs {
 		if pr, ok := c.prefix(s, fmt.Sprintf("deny.cidrs[%d]", j)); ok {

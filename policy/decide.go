@@ -203,11 +203,11 @@ func (p *Policy) deniedAddr(a netip.Addr) bool {
 // high-risk list or the config's deny.hosts, exactly or under a denied
 // suffix.
 func (p *Policy) HighRiskName(name string) bool {
-	if _, ok := p.denyExact[name]; ok {
+	if p.denyExact.has(name) {
 		return true
 	}
 	for s := name; ; {
-		if _, ok := p.denySuffix[s]; ok {
+		if p.denySuffix.has(s) {
 			return true
 		}
 		i := strings.IndexByte(s, '.')
@@ -252,10 +252,10 @@ func (p *Policy) matchName(name string, port uint16) (r *Rule, portMiss bool) {
 			consider(idx, true)
 		}
 	}
-	if v, ok := p.exact[name]; ok {
+	if v, ok := p.exact.get(name); ok {
 		list(v)
 	}
-	if len(p.suffix) > 0 {
+	if p.suffix.Len() > 0 {
 		// walk the parents of name: a.b.example.com → b.example.com → example.com → com
 		s := name
 		for depth := strings.Count(name, "."); depth > 0; depth-- {
@@ -263,7 +263,7 @@ func (p *Policy) matchName(name string, port uint16) (r *Rule, portMiss bool) {
 			if depth > p.maxDepth {
 				continue
 			}
-			if v, ok := p.suffix[s]; ok {
+			if v, ok := p.suffix.get(s); ok {
 				list(v)
 			}
 		}

@@ -22,15 +22,15 @@ type Policy struct {
 	// host index: exact names and wildcard suffixes to the rules naming them,
 	// in rule order. A value >= 0 is one rule index; a value < 0 is
 	// -(k+1), an index into multi, for keys named by several rules.
-	exact    map[string]int32
-	suffix   map[string]int32
+	exact    hostIndex
+	suffix   hostIndex
 	multi    [][]int32
 	star     []int32 // rules with hosts: ["*"]
 	cidrRule []int32 // rules with cidrs
 	maxDepth int     // most labels in any suffix key, bounds the suffix walk
 
-	denyExact  map[string]struct{}
-	denySuffix map[string]struct{}
+	denyExact  hostIndex // values unused
+	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
 }
 
@@ -96,7 +96,7 @@ type Identity struct {
 type Rule struct {
 	Name     string
 	Index    int
-	Hosts    []string // normalized patterns, for display
+	Hosts    HostList // normalized patterns, in config order
 	ports    []portRange
 	CIDRs    []netip.Prefix
 	Pages    PageSet

@@ -241,7 +241,7 @@ func writePolicy(w io.Writer, p *policy.Policy) {
 		for i, c := range r.CIDRs {
 			cidrs[i] = c.String()
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %v |\n", md(r.Name), md(strings.Join(r.Hosts, ", ")), md(strings.Join(cidrs, ", ")),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %v |\n", md(r.Name), md(strings.Join(r.Hosts.Strings(), ", ")), md(strings.Join(cidrs, ", ")),
 			portRanges(r), pages, md(strings.Join(r.Methods, ", ")), md(strings.Join(r.Paths, ", ")), orDash(r.Mirror.String()), r.TLS)
 	}
 	st := &p.Selftest

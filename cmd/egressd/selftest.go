@@ -356,12 +356,12 @@ func cmpOr(s, def string) string {
 // ruleHost is a concrete host a rule covers: its first exact name, or a
 // name under its first wildcard; "" for "*" and cidrs-only rules.
 func ruleHost(r *policy.Rule) string {
-	for _, h := range r.Hosts {
+	for h := range r.Hosts.All() {
 		if h != "*" && !strings.HasPrefix(h, "*.") {
 			return h
 		}
 	}
-	for _, h := range r.Hosts {
+	for h := range r.Hosts.All() {
 		if s, ok := strings.CutPrefix(h, "*."); ok {
 			return "egressd-selftest." + s
 		}

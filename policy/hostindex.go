@@ -1,0 +1,170 @@
+package policy
+
+import (
+	"hash/maphash"
+	"iter"
+	"slices"
+)
+
+// hostIndex maps host names to an int32 and holds no pointer per name: the
+// names live back to back in one byte arena and the open-addressing table
+// holds offsets into it. A map[string]int32 of a million names is a million
+// pointers the garbage collector marks on every cycle, which slowed every
+// request while a large policy was loaded (bench/RESULTS.md); this index is
+// two pointer-free allocations however many names it holds.
+//
+// It is built once while a policy compiles and only read afterwards, so it
+// needs no locking and supports no deletion.
+type hostIndex struct {
+	seed  maphash.Seed
+	arena []byte
+	slots []hostSlot // len is 0 or a power of two, at most half full
+	n     int
+}
+
+type hostSlot struct {
+	hash uint32
+	off  uint32 // offset of the name in arena
+	n    uint32 // name length + 1; 0 marks an empty slot
+	val  int32
+}
+
+// maxArena bounds the arena so offsets fit a uint32; a policy that large is
+// refused at compile time, never truncated.
+const maxArena = 1<<32 - 1
+
+// Len is the number of names in the index.
+func (x *hostIndex) Len() int { return x.n }
+
+// find returns the slot holding name, or the empty slot where it would go.
+func (x *hostIndex) find(name string, h uint32) int {
+	mask := len(x.slots) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		s := &x.slots[i]
+		if s.n == 0 || s.hash == h && int(s.n-1) == len(name) && string(x.arena[s.off:s.off+s.n-1]) == name {
+			return i
+		}
+	}
+}
+
+func (x *hostIndex) hash(name string) uint32 { return uint32(maphash.String(x.seed, name)) }
+
+// get returns the value stored for name.
+func (x *hostIndex) get(name string) (int32, bool) {
+	if x.n == 0 {
+		return 0, false
+	}
+	s := &x.slots[x.find(name, x.hash(name))]
+	return s.val, s.n != 0
+}
+
+// has reports whether name is in the index.
+func (x *hostIndex) has(name string) bool {
+	_, ok := x.get(name)
+	return ok
+}
+
+// set stores v for name, adding name if it is new. It reports false, and
+// stores nothing, when the arena would outgrow 4 GiB.
+func (x *hostIndex) set(name string, v int32) bool {
+	if len(x.slots) == 0 {
+		x.seed = maphash.MakeSeed()
+		x.slots = make([]hostSlot, 16)
+	}
+	h := x.hash(name)
+	i := x.find(name, h)
+	if x.slots[i].n != 0 {
+		x.slots[i].val = v
+		return true
+	}
+	if len(x.arena)+len(name) > maxArena {
+		return false
+	}
+	if (x.n+1)*2 > len(x.slots) {
+		x.grow()
+		i = x.find(name, h)
+	}
+	off := len(x.arena)
+	x.arena = append(x.arena, name...)
+	x.slots[i] = hostSlot{hash: h, off: uint32(off), n: uint32(len(name)) + 1, val: v}
+	x.n++
+	return true
+}
+
+// reserve sizes the index for n more names of nbytes in all, so that
+// loading a large policy does not copy the table and arena as they grow.
+func (x *hostIndex) reserve(n, nbytes int) {
+	if len(x.slots) == 0 {
+		x.seed = maphash.MakeSeed()
+		x.slots = make([]hostSlot, 16)
+	}
+	for (x.n+n)*2 > len(x.slots) {
+		x.grow()
+	}
+	x.arena = slices.Grow(x.arena, nbytes)
+}
+
+func (x *hostIndex) grow() {
+	old := x.slots
+	x.slots = make([]hostSlot, 2*len(old))
+	mask := len(x.slots) - 1
+	for _, s := range old {
+		if s.n == 0 {
+			continue
+		}
+		i := int(s.hash) & mask
+		for x.slots[i].n != 0 {
+			i = (i + 1) & mask
+		}
+		x.slots[i] = s
+	}
+}
+
+// HostList is a rule's normalized host patterns ("example.com",
+// "*.example.com", "*"), in config order, stored without a pointer per name
+// for the same reason as hostIndex.
+type HostList struct {
+	names []byte
+	ends  []uint32 // end offset of each name in names
+}
+
+func (l *HostList) add(name string) bool {
+	if len(l.names)+len(name) > maxArena {
+		return false
+	}
+	l.names = append(l.names, name...)
+	l.ends = append(l.ends, uint32(len(l.names)))
+	return true
+}
+
+// Len is the number of patterns.
+func (l HostList) Len() int { return len(l.ends) }
+
+// At returns pattern i.
+func (l HostList) At(i int) string {
+	start := uint32(0)
+	if i > 0 {
+		start = l.ends[i-1]
+	}
+	return string(l.names[start:l.ends[i]])
+}
+
+// All yields the patterns in order.
+func (l HostList) All() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for i := range l.ends {
+			if !yield(l.At(i)) {
+				return
+			}
+		}
+	}
+}
+
+// Strings returns the patterns as a slice (for display; it allocates).
+func (l HostList) Strings() []string {
+	out := make([]string, 0, l.Len())
+	for h := range l.All() {
+		out = append(out, h)
+	}
+	return out
+}
