@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { c, err := l.Accept(); ch <- res{c, err} }()
+	a, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { a.Close(); r.c.Close() })
+	return a.(*net.TCPConn), r.c.(*net.TCPConn)
+}
+
+// TestRelayLargeSlowReader relays 4 MiB from one socket pair to another
+// while the final reader drains slowly, so the relay's writes hit EAGAIN
+// and resume; every byte must arrive, in order, and be counted.
+func TestRelayLargeSlowReader(t *testing.T) {
+	srcW, srcR := tcpPair(t)
+	dstW, dstR := tcpPair(t)
+	// a small send buffer: the relay's 64 KiB writes cannot complete at once
+	dstW.SetWriteBuffer(32 << 10)
+	data := make([]byte, 4<<20)
+	rand.Read(data)
+	go func() {
+		srcW.Write(data)
+		srcW.CloseWrite()
+	}()
+	type res struct {
+		n   int64
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, err := relay(dstW, srcR)
+		dstW.CloseWrite()
+		done <- res{n, err}
+	}()
+	var got bytes.Buffer
+	buf := make([]byte, 16<<10)
+	for i := 0; ; i++ {
+		if i%32 == 0 {
+			time.Sleep(time.Millisecond) // a slow reader
+		}
+		n, err := dstR.Read(buf)
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := <-done
+	if r.err != nil || r.n != int64(len(data)) {
+		t.Fatalf("relay = %d, %v; want %d, nil", r.n, r.err, len(data))
+	}
+	if !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("relayed %d bytes differ from the %d sent", got.Len(), len(data))
+	}
+}
+
+// TestRelayPeerGone: when the destination's peer resets, the relay stops
+// with the write error instead of spinning or blocking.
+func TestRelayPeerGone(t *testing.T) {
+	srcW, srcR := tcpPair(t)
+	dstW, dstR := tcpPair(t)
+	dstR.SetLinger(0)
+	dstR.Close() // RST to dstW
+	done := make(chan error, 1)
+	go func() {
+		_, err := relay(dstW, srcR)
+		done <- err
+	}()
+	chunk := make([]byte, 32<<10)
+	deadline := time.After(10 * time.Second)
+	for {
+		srcW.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		srcW.Write(chunk)
+		select {
+		case err := <-done:
+			if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("relay error = %v, want EPIPE or ECONNRESET", err)
+			}
+			return
+		case <-deadline:
+			t.Fatal("relay still running 10 s after its destination reset")
+		default:
+		}
+	}
+}
+
+// TestRelayClosedSource: closing the source under a waiting relay ends it.
+func TestRelayClosedSource(t *testing.T) {
+	_, srcR := tcpPair(t)
+	dstW, _ := tcpPair(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := relay(dstW, srcR)
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	srcR.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("relay error = %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("relay did not end after its source was closed")
+	}
+}
