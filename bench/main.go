@@ -32,7 +32,7 @@ type options struct {
 	egressd, squid, tinyproxy, smokescreen string
 	proxyCPU                               int
 	warm, dur                              time.Duration
-	conns, tunnelConns                     int
+	conns, tunnelConns, bulkRuns           int
 	rate                                   float64
 	runs                                   int
 	only                                   string
@@ -75,6 +75,9 @@ func main() {
 	flag.StringVar(&o.egressdEnv, "egressd-env", "", "extra environment for egressd, comma-separated (experiments: GOGC=400)")
 	flag.StringVar(&o.egressdVersion, "egressd-version", "", "what to call the egressd build in the table (default: from its build info)")
 	flag.BoolVar(&o.sharedNetns, "shared-netns", false, "run even though this network namespace has more than loopback (not recommended: tens of thousands of connections and TIME_WAIT entries land in it)")
+	// Each 64 MiB transfer takes only about 50 ms here, so one can fall on
+	// a busy moment: the row's figure is the median of several.
+	flag.IntVar(&o.bulkRuns, "bulk-runs", 15, "64 MiB transfers per row; the bulk figure is their median")
 	flag.StringVar(&o.phases, "phases", "http,rate,connect,bulk", "phases to run (for experiments; the published table needs all)")
 	flag.StringVar(&o.profile, "profile", "", "directory: run egressd in-process with pprof and save CPU and allocation profiles of each phase there (numbers from such a run are not for publishing)")
 	flag.Parse()
@@ -271,10 +274,6 @@ func compare(o *options, or *origin, dir string, runNo int) []row {
 	return rows
 }
 
-// bulkRuns is how many 64 MiB transfers a row's bulk figure is the median
-// of: each takes only about 50 ms here, so one can fall on a busy moment.
-const bulkRuns = 7
-
 func measure(o *options, or *origin, p *proxyProc, r *row, runNo int) {
 	c := &client{origin: or, dialTO: 5 * time.Second}
 	c.roots = or.ca.Pool()
@@ -310,7 +309,7 @@ func measure(o *options, or *origin, p *proxyProc, r *row, runNo int) {
 	if slices.Contains(phases, "bulk") {
 		var rates []float64
 		cpu0, t0 := procCPU(pid), time.Now()
-		for range bulkRuns {
+		for range o.bulkRuns {
 			mb, err := c.bulk()
 			if err != nil {
 				r.bulkErr = err
@@ -377,7 +376,7 @@ func machine(o *options) string {
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Fprintf(&b, "Machine: %s, %d CPUs (%s), Linux %s, %s. ", host, ncpu, model, strings.TrimSpace(string(kernel)), runtime.Version())
 	fmt.Fprintf(&b, "Proxy pinned to CPU %d; load generator and origin on the rest of this process's affinity. ", o.proxyCPU)
-	fmt.Fprintf(&b, "Each phase: %s warm-up, %s measured; HTTP: %d keep-alive connections, GET of 1 KiB; tunnels: %d concurrent loops of CONNECT + TLS handshake + GET 1 KiB + close; bulk: median of %d × 64 MiB, each through a new TLS tunnel.", o.warm, o.dur, o.conns, o.tunnelConns, bulkRuns)
+	fmt.Fprintf(&b, "Each phase: %s warm-up, %s measured; HTTP: %d keep-alive connections, GET of 1 KiB; tunnels: %d concurrent loops of CONNECT + TLS handshake + GET 1 KiB + close; bulk: median of %d × 64 MiB, each through a new TLS tunnel.", o.warm, o.dur, o.conns, o.tunnelConns, o.bulkRuns)
 	return b.String()
 }
 

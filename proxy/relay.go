@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -12,6 +13,19 @@ import (
 // relayBufSize is the copy size of a tunnel direction: large enough that a
 // bulk transfer costs one read and one write per 64 KiB.
 const relayBufSize = 64 << 10
+
+// While data streams through a tunnel (the last read returned at least
+// relayHot bytes), a read that finds nothing yields and retries up to
+// relaySpin times (some 10–20 µs) before the goroutine parks. Parking lets
+// a proxy's core go idle and every new segment then has to wake it: in a
+// bulk transfer that was 15,700 context switches a second on the proxy's
+// core (2,200 with the spin) and 87–89 % of the direct throughput (91–92 %
+// with it), for 8 points more of one core. TLS handshakes and small
+// responses are below relayHot and never spin.
+const (
+	relayHot  = 16 << 10
+	relaySpin = 20
+)
 
 var relayBufs = sync.Pool{New: func() any {
 	b := make([]byte, relayBufSize)
@@ -37,6 +51,10 @@ func relay(dst io.Writer, src net.Conn) (int64, error) {
 	write := rw.write
 	var n int64
 	for {
+		rr.spin = 0
+		if rr.n >= relayHot {
+			rr.spin = relaySpin
+		}
 		err := rc.Read(read)
 		buf := rr.buf
 		rr.buf = nil
@@ -101,9 +119,10 @@ func rawConn(c any) syscall.RawConn {
 // preempted the relay thousands of times a second (bench/RESULTS.md: CPU per
 // tunnel -11 %, proxy CPU in a bulk transfer -20 %).
 type relayRead struct {
-	buf *[]byte
-	n   int
-	err error
+	spin int
+	buf  *[]byte
+	n    int
+	err  error
 }
 
 func (r *relayRead) read(fd uintptr) bool {
@@ -114,6 +133,11 @@ func (r *relayRead) read(fd uintptr) bool {
 		r.n, r.err = int(n), nil
 		if e != 0 {
 			r.n, r.err = -1, e
+		}
+		if r.err == syscall.EAGAIN && r.spin > 0 {
+			r.spin--
+			runtime.Gosched()
+			continue
 		}
 		if r.err != syscall.EINTR {
 			break
