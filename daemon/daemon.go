@@ -157,7 +157,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	pl := d.opt.ProxyListener
 	if pl == nil {
 		var err error
-		if pl, err = net.Listen("tcp", p.Listen.Proxy); err != nil {
+		if pl, err = proxy.Listen(p.Listen.Proxy); err != nil {
 			return fmt.Errorf("listen proxy %s: %w", p.Listen.Proxy, err)
 		}
 	}
@@ -171,7 +171,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		if tr.addr == "" {
 			continue
 		}
-		l, err := net.Listen("tcp", tr.addr)
+		l, err := proxy.Listen(tr.addr)
 		if err != nil {
 			return fmt.Errorf("listen transparent %s: %w", tr.addr, err)
 		}

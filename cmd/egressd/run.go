@@ -161,7 +161,7 @@ func runSandboxed(ctx context.Context, p *policy.Policy, log *slog.Logger, cred 
 		return 0, err
 	}
 	px := proxy.New(p, proxy.Config{Logger: log.With("component", "proxy"), CA: authority})
-	pl, err := net.Listen("tcp", netip.AddrPortFrom(gw4, proxyPort).String())
+	pl, err := proxy.Listen(netip.AddrPortFrom(gw4, proxyPort).String())
 	if err != nil {
 		return 0, fmt.Errorf("listen proxy: %w", err)
 	}

@@ -1,0 +1,47 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"syscall"
+)
+
+// Keep-alive of client connections: the values Go's net package uses by
+// default, so that a dead client of an idle tunnel is noticed.
+const (
+	keepAliveIdle     = 15 // seconds
+	keepAliveInterval = 15
+	keepAliveCount    = 9
+)
+
+// Listen opens a TCP listener for the proxy (or a transparent port). TCP
+// keep-alive is set once on the listening socket, which Linux copies to
+// every accepted connection, instead of by net's Accept with four
+// setsockopt calls per connection.
+func Listen(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{
+		KeepAlive: -1, // set on the listening socket below, inherited
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				for _, o := range []struct{ level, opt, v int }{
+					{syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1},
+					{syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, keepAliveIdle},
+					{syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, keepAliveInterval},
+					{syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT, keepAliveCount},
+				} {
+					if serr = syscall.SetsockoptInt(int(fd), o.level, o.opt, o.v); serr != nil {
+						serr = fmt.Errorf("setsockopt %d/%d: %w", o.level, o.opt, serr)
+						return
+					}
+				}
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		},
+	}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
