@@ -300,6 +300,7 @@ func measure(o *options, or *origin, p *proxyProc, r *row, runNo int) {
 	}
 	if slices.Contains(phases, "rate") {
 		r.fixed = runRate(o.conns, o.rate, o.warm, o.dur, pid, c.keepAliveOp(""))
+		progress("%s at %.0f req/s: p10 %.2f p50 %.2f p90 %.2f p99 %.2f p99.9 %.2f max %.2f ms", r.name, o.rate, ms(r.fixed.pct(0.1)), ms(r.fixed.pct(0.5)), ms(r.fixed.pct(0.9)), ms(r.fixed.pct(0.99)), ms(r.fixed.pct(0.999)), ms(r.fixed.pct(1)))
 	}
 	if slices.Contains(phases, "connect") {
 		done := prof("connect")
