@@ -79,7 +79,7 @@ func main() {
 	// a busy moment: the row's figure is the median of several.
 	flag.IntVar(&o.bulkRuns, "bulk-runs", 15, "64 MiB transfers per row; the bulk figure is their median")
 	flag.StringVar(&o.phases, "phases", "http,rate,connect,bulk", "phases to run (for experiments; the published table needs all)")
-	flag.StringVar(&o.profile, "profile", "", "directory: run egressd in-process with pprof and save CPU and allocation profiles of each phase there (numbers from such a run are not for publishing)")
+	flag.StringVar(&o.profile, "profile", "", "directory: run egressd in-process with pprof and save CPU and allocation profiles and a one-second execution trace of each phase there (numbers from such a run are not for publishing)")
 	flag.Parse()
 	if err := run(&o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -354,6 +354,10 @@ func profilePhase(p *proxyProc, dir, label string, warm, dur time.Duration) func
 		get("/debug/pprof/allocs", label+".allocs0.pprof")
 		get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(1, int(dur.Seconds()))), label+".cpu.pprof")
 		get("/debug/pprof/allocs", label+".allocs1.pprof")
+	})
+	wg.Go(func() {
+		time.Sleep(warm + dur/2)
+		get("/debug/pprof/trace?seconds=1", label+".trace")
 	})
 	return wg.Wait
 }
