@@ -203,11 +203,12 @@ func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *polic
 	tunnel := func() {
 		defer client.Close()
 		defer up.Close()
-		out, in := pipe(src, up)
+		idle := x.Policy().Limits.IdleTimeout
+		out, in, idled := pipe(src, up, idle)
 		out += sent
 		x.m.bytesOut.Add(float64(out))
 		x.m.bytesIn.Add(float64(in))
-		x.logDecision(ctx, rq, http.StatusOK, "tunnel", in, out)
+		x.logDecisionReason(ctx, rq, http.StatusOK, "tunnel", idleDetail(idled, idle), in, out)
 	}
 	handedOff = true
 	if !held {
@@ -221,19 +222,30 @@ func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *polic
 }
 
 // pipe copies both ways until both directions end, half-closing as each
-// side finishes, and returns the byte counts (client→upstream, back).
-func pipe(client, up net.Conn) (out, in int64) {
+// side finishes, and returns the byte counts (client→upstream, back). It
+// closes both connections when neither carried a byte for idle (<= 0: no
+// limit) and then reports idled.
+func pipe(client, up net.Conn, idle time.Duration) (out, in int64, idled bool) {
+	w := newIdleWatch(idle, func() { client.Close(); up.Close() })
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		out, _ = relay(up, client)
+		out, _ = relay(up, client, w)
 		closeWrite(up)
 	}()
-	in, _ = relay(client, up)
+	in, _ = relay(client, up, w)
 	closeWrite(client)
 	wg.Wait()
-	return out, in
+	return out, in, w.stop()
+}
+
+// idleDetail is the log detail of a tunnel the idle timeout closed.
+func idleDetail(idled bool, idle time.Duration) string {
+	if !idled {
+		return ""
+	}
+	return fmt.Sprintf("closed after %s without traffic (limits.idle_timeout)", idle)
 }
 
 func closeWrite(c net.Conn) {

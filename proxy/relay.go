@@ -40,10 +40,12 @@ var relayBufs = sync.Pool{New: func() any {
 // between two TCP sockets splices, and each waiting splice holds a pipe
 // (two descriptors and its kernel buffer) for as long as the tunnel is
 // quiet, and costs more system time than read and write on short tunnels.
-func relay(dst io.Writer, src net.Conn) (int64, error) {
+//
+// Each read with data is recorded in idle (nil: not watched).
+func relay(dst io.Writer, src net.Conn, idle *idleWatch) (int64, error) {
 	rc := rawConn(src)
 	if rc == nil {
-		return copyPooled(dst, src)
+		return copyPooled(dst, touchReader{src, idle})
 	}
 	wc := rawConn(dst)
 	rr := &relayRead{}
@@ -72,6 +74,7 @@ func relay(dst io.Writer, src net.Conn) (int64, error) {
 			relayBufs.Put(buf)
 			return n, nil
 		}
+		idle.touch()
 		var nw int
 		var werr error
 		if wc != nil {
@@ -201,3 +204,17 @@ type (
 	writerOnly struct{ io.Writer }
 	readerOnly struct{ io.Reader }
 )
+
+// touchReader records each read with data in an idleWatch.
+type touchReader struct {
+	r    io.Reader
+	idle *idleWatch
+}
+
+func (t touchReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 {
+		t.idle.touch()
+	}
+	return n, err
+}

@@ -57,7 +57,7 @@ func TestRelayLargeSlowReader(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		n, err := relay(dstW, srcR)
+		n, err := relay(dstW, srcR, nil)
 		dstW.CloseWrite()
 		done <- res{n, err}
 	}()
@@ -94,7 +94,7 @@ func TestRelayPeerGone(t *testing.T) {
 	dstR.Close() // RST to dstW
 	done := make(chan error, 1)
 	go func() {
-		_, err := relay(dstW, srcR)
+		_, err := relay(dstW, srcR, nil)
 		done <- err
 	}()
 	chunk := make([]byte, 32<<10)
@@ -121,7 +121,7 @@ func TestRelayClosedSource(t *testing.T) {
 	dstW, _ := tcpPair(t)
 	done := make(chan error, 1)
 	go func() {
-		_, err := relay(dstW, srcR)
+		_, err := relay(dstW, srcR, nil)
 		done <- err
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -142,7 +142,7 @@ func BenchmarkRelay(b *testing.B) {
 	srcW, srcR := tcpPair(b)
 	dstW, dstR := tcpPair(b)
 	const size = 64 << 20
-	go relay(dstW, srcR)
+	go relay(dstW, srcR, nil)
 	chunk := make([]byte, 256<<10)
 	sink := make([]byte, 256<<10)
 	b.SetBytes(size)

@@ -138,8 +138,9 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 			return
 		}
 		defer up.Close()
-		out, in := pipe(client, up)
-		x.logDecision(ctx, rq, http.StatusOK, "transparent tunnel", in, out)
+		idle := p.Limits.IdleTimeout
+		out, in, idled := pipe(client, up, idle)
+		x.logDecisionReason(ctx, rq, http.StatusOK, "transparent tunnel", idleDetail(idled, idle), in, out)
 		return
 	}
 	if x.ca == nil {

@@ -211,3 +211,51 @@ func TestTunnelHoldsSlot(t *testing.T) {
 		return strings.HasPrefix(line, "HTTP/1.1 200")
 	})
 }
+
+// TestSplicedTunnelIdleTimeout: limits.idle_timeout closes a spliced tunnel
+// that carried nothing for that long, and only such a tunnel: one with
+// traffic more often than that stays open well past it.
+func TestSplicedTunnelIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	h := newHarness(t, testConfig+"limits:\n  idle_timeout: 300ms\n", testNames)
+	_, port := splitPort(echoServer(t))
+	echo := func(c net.Conn, msg string) error {
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := io.WriteString(c, msg); err != nil {
+			return err
+		}
+		got := make([]byte, len(msg))
+		_, err := io.ReadFull(c, got)
+		if err == nil && string(got) != msg {
+			err = fmt.Errorf("echo %q, want %q", got, msg)
+		}
+		return err
+	}
+
+	// busy: a byte every idle/3 for 4×idle
+	busy := h.connect(t, "ssh.test:"+port)
+	start := time.Now()
+	for time.Since(start) < 4*idle {
+		if err := echo(busy, "x"); err != nil {
+			t.Fatalf("busy tunnel broke after %v: %v", time.Since(start), err)
+		}
+		time.Sleep(idle / 3)
+	}
+
+	// quiet: one exchange, then nothing; the proxy must close it
+	quiet := h.connect(t, "ssh.test:"+port)
+	if err := echo(quiet, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	quiet.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := quiet.Read(make([]byte, 1))
+	waited := time.Since(start)
+	if n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("quiet tunnel: read %d, %v after %v; want it closed by the proxy", n, err, waited)
+	}
+	if waited < idle-50*time.Millisecond {
+		t.Errorf("quiet tunnel closed after %v, before the %v idle timeout", waited, idle)
+	}
+	waitLog(t, h, "without traffic (limits.idle_timeout)")
+}
