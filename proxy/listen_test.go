@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"errors"
 	"net"
+	"os"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestListenKeepAliveInherited: connections accepted from Listen carry the
@@ -18,6 +21,7 @@ func TestListenKeepAliveInherited(t *testing.T) {
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err == nil {
 			defer c.Close()
+			c.Write([]byte("G")) // the listener accepts only once data is in
 			buf := make([]byte, 1)
 			c.Read(buf)
 		}
@@ -48,5 +52,40 @@ func TestListenKeepAliveInherited(t *testing.T) {
 		if gerr != nil || v != o.want {
 			t.Errorf("%s = %d, %v; want %d", o.name, v, gerr, o.want)
 		}
+	}
+}
+
+// TestListenDefersAccept: a connection is accepted once its client has
+// sent something, not before (one wake-up for accept and first read).
+func TestListenDefersAccept(t *testing.T) {
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tl := l.(*net.TCPListener)
+	tl.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if a, err := tl.Accept(); err == nil {
+		a.Close()
+		t.Fatal("accepted a connection whose client has sent nothing")
+	} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal(err)
+	}
+	c.Write([]byte("CONNECT "))
+	tl.SetDeadline(time.Now().Add(5 * time.Second))
+	a, err := tl.Accept()
+	if err != nil {
+		t.Fatalf("after the client spoke: %v", err)
+	}
+	defer a.Close()
+	buf := make([]byte, 8)
+	a.SetReadDeadline(time.Now().Add(time.Second))
+	if n, err := a.Read(buf); err != nil || string(buf[:n]) != "CONNECT " {
+		t.Fatalf("first read %q, %v", buf[:n], err)
 	}
 }
