@@ -24,7 +24,8 @@ const deferAcceptSeconds = 10
 // Listen opens a TCP listener for the proxy (or a transparent port). TCP
 // keep-alive is set once on the listening socket, which Linux copies to
 // every accepted connection, instead of by net's Accept with four
-// setsockopt calls per connection.
+// setsockopt calls per connection; and accept waits for the client's first
+// bytes (deferAcceptSeconds), which any later data also completes.
 func Listen(addr string) (net.Listener, error) {
 	lc := net.ListenConfig{
 		KeepAlive: -1, // set on the listening socket below, inherited
