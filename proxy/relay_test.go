@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -159,5 +160,22 @@ func BenchmarkRelay(b *testing.B) {
 			}
 			got += n
 		}
+	}
+}
+
+// TestPeekClientHelloTCP reads a real ClientHello from a TCP socket and
+// keeps every byte it took for the replay.
+func TestPeekClientHelloTCP(t *testing.T) {
+	a, b := tcpPair(t)
+	go tls.Client(a, &tls.Config{ServerName: "example.test", InsecureSkipVerify: true}).Handshake()
+	hello, raw, err := peekClientHello(b, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hello.ServerName != "example.test" {
+		t.Errorf("SNI %q", hello.ServerName)
+	}
+	if len(raw) < 5 || raw[0] != 0x16 || len(raw) < 5+int(raw[3])<<8|int(raw[4]) {
+		t.Errorf("kept %d bytes, not a whole ClientHello record", len(raw))
 	}
 }
