@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -317,10 +318,11 @@ func (c *compiler) index(p *Policy) {
 	}
 	var exact, suffix [2]int // names, bytes
 	for _, r := range p.Rules {
-		for h := range r.Hosts.All() {
-			if s, ok := strings.CutPrefix(h, "*."); ok {
+		for i := range r.Hosts.Len() {
+			h := r.Hosts.bytesAt(i)
+			if s, ok := bytes.CutPrefix(h, []byte("*.")); ok {
 				suffix[0], suffix[1] = suffix[0]+1, suffix[1]+len(s)
-			} else if h != "*" {
+			} else if string(h) != "*" {
 				exact[0], exact[1] = exact[0]+1, exact[1]+len(h)
 			}
 		}

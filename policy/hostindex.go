@@ -141,12 +141,15 @@ func (l *HostList) add(name string) bool {
 func (l HostList) Len() int { return len(l.ends) }
 
 // At returns pattern i.
-func (l HostList) At(i int) string {
+func (l HostList) At(i int) string { return string(l.bytesAt(i)) }
+
+// bytesAt returns pattern i without copying it.
+func (l HostList) bytesAt(i int) []byte {
 	start := uint32(0)
 	if i > 0 {
 		start = l.ends[i-1]
 	}
-	return string(l.names[start:l.ends[i]])
+	return l.names[start:l.ends[i]]
 }
 
 // All yields the patterns in order.
