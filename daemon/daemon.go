@@ -58,8 +58,8 @@ type Options struct {
 	// NoSelftest serves without verification, loudly: a warning at every
 	// start and in /readyz.
 	NoSelftest bool
-	// Webhook is called (POST, JSON) when a scheduled self-test finds a
-	// leak; empty: none.
+	// Webhook, when set, replaces the policy's selftest.webhook (which is
+	// read at each scheduled run, so a reload changes it).
 	Webhook string
 	// Listen overrides the config's listen addresses (tests); zero: config.
 	ProxyListener net.Listener
@@ -318,9 +318,18 @@ func (d *Daemon) scheduled(ctx context.Context) {
 	defer d.reloadMu.Unlock()
 	v := d.verify(ctx, "schedule", d.Policy())
 	d.setReadiness(v)
-	if (!v.Sealed || v.Err != nil) && d.opt.Webhook != "" {
-		go notify(d.log, d.opt.Webhook, v)
+	if url := d.webhook(); (!v.Sealed || v.Err != nil) && url != "" {
+		go notify(d.log, url, v)
 	}
+}
+
+// webhook is where a scheduled leak is reported: Options.Webhook, else the
+// current policy's selftest.webhook.
+func (d *Daemon) webhook() string {
+	if d.opt.Webhook != "" {
+		return d.opt.Webhook
+	}
+	return d.Policy().Selftest.Webhook
 }
 
 // load reads a policy and hands the parse's garbage back to the system:

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -227,4 +228,64 @@ func counter(t *testing.T, f *fixture, name string) int {
 		}
 	}
 	return 0
+}
+
+// TestLeakWebhook: a scheduled self-test that finds a leak posts it to
+// selftest.webhook, a sealed one posts nothing, and a reload that changes
+// the webhook takes effect for the next run.
+func TestLeakWebhook(t *testing.T) {
+	type post struct {
+		hook string
+		body map[string]any
+	}
+	posts := make(chan post, 4)
+	hook := func(name string) string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var body map[string]any
+			json.NewDecoder(r.Body).Decode(&body)
+			posts <- post{name, body}
+		}))
+		t.Cleanup(s.Close)
+		return s.URL
+	}
+	first, second := hook("first"), hook("second")
+	f := start(t)
+	withHook := func(u string) string {
+		return config("127.0.0.1:0", port(f.a)) + "selftest:\n  webhook: " + u + "\n"
+	}
+	f.write(t, withHook(first))
+	waitFor(t, "the first webhook to be loaded", func() bool { return f.d.Policy().Selftest.Webhook == first })
+	ctx := context.Background()
+
+	f.d.scheduled(ctx) // sealed: nothing to report
+	select {
+	case p := <-posts:
+		t.Fatalf("a sealed run posted to the %s webhook: %v", p.hook, p.body)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	f.leak.Store(true)
+	f.d.scheduled(ctx)
+	select {
+	case p := <-posts:
+		if p.hook != "first" || p.body["event"] != "egressd.selftest.leak" || !strings.Contains(fmt.Sprint(p.body["leaks"]), "tcp-direct") {
+			t.Fatalf("leak report: %s webhook, %v", p.hook, p.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a leak was not posted to the webhook")
+	}
+
+	f.leak.Store(false) // the reload's own self-test must pass to keep the new policy
+	f.write(t, withHook(second))
+	waitFor(t, "the second webhook to be loaded", func() bool { return f.d.Policy().Selftest.Webhook == second })
+	f.leak.Store(true)
+	f.d.scheduled(ctx)
+	select {
+	case p := <-posts:
+		if p.hook != "second" {
+			t.Fatalf("after the reload the leak went to the %s webhook", p.hook)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a leak after the reload was not posted")
+	}
 }

@@ -121,9 +121,6 @@ func wireSelftest(opt *daemon.Options, stateDir string) {
 		}
 		return v
 	}
-	if p, err := opt.Load(); err == nil && opt.Webhook == "" {
-		opt.Webhook = p.Selftest.Webhook // read at start; a reload does not change it
-	}
 }
 
 // verdict maps a report to the daemon's verdict: sealed only if every probe
