@@ -3,12 +3,16 @@ package daemon
 import (
 	"encoding/json"
 	"net/http"
+	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // adminHandler serves /metrics, /healthz, /readyz and the quarantine API.
-// It has no authentication: bind it to loopback (the default).
+// It has no authentication. The quarantine API answers loopback clients
+// only, wherever the endpoint is bound: a listen.admin opened to the
+// network for Prometheus (as in the Kubernetes manifests) must not let
+// anything that reaches the port lift or impose a quarantine.
 func (d *Daemon) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
@@ -22,26 +26,39 @@ func (d *Daemon) adminHandler() http.Handler {
 		}
 		w.Write([]byte(why + "\n"))
 	})
-	mux.HandleFunc("POST /quarantine/{identity}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /quarantine/{identity}", loopbackOnly(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("identity")
 		n := d.px.Quarantine(id)
 		writeJSON(w, map[string]any{"identity": id, "quarantined": true, "tunnels_closed": n})
-	})
-	mux.HandleFunc("DELETE /quarantine/{identity}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /quarantine/{identity}", loopbackOnly(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("identity")
 		was := d.px.Lift(id)
 		if !was {
 			w.WriteHeader(http.StatusNotFound)
 		}
 		writeJSON(w, map[string]any{"identity": id, "quarantined": false, "was_quarantined": was})
-	})
-	mux.HandleFunc("GET /quarantine", func(w http.ResponseWriter, _ *http.Request) {
+	}))
+	mux.HandleFunc("GET /quarantine", loopbackOnly(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"quarantined": d.px.Quarantined()})
-	})
+	}))
 	return mux
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
+}
+
+// loopbackOnly refuses, with 403, a request whose client is not on this
+// host's loopback.
+func loopbackOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil || !ap.Addr().Unmap().IsLoopback() {
+			http.Error(w, "egressd: the quarantine API answers loopback clients only", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
 }

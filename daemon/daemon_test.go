@@ -289,3 +289,46 @@ func TestLeakWebhook(t *testing.T) {
 		t.Fatal("a leak after the reload was not posted")
 	}
 }
+
+// TestQuarantineLoopbackOnly: the quarantine API acts for loopback clients
+// only, while metrics stay open to whoever reaches the admin port.
+func TestQuarantineLoopbackOnly(t *testing.T) {
+	f := start(t)
+	h := f.d.adminHandler()
+	do := func(method, path, from string) int {
+		req := httptest.NewRequest(method, path, nil)
+		req.RemoteAddr = from
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	for _, from := range []string{"198.51.100.7:40000", "[2001:db8::7]:40000", "[::ffff:198.51.100.7]:40000", "not-an-address"} {
+		for _, m := range []string{"POST", "DELETE", "GET"} {
+			path := "/quarantine/agent-a"
+			if m == "GET" {
+				path = "/quarantine"
+			}
+			if code := do(m, path, from); code != http.StatusForbidden {
+				t.Errorf("%s %s from %s: %d, want 403", m, path, from, code)
+			}
+		}
+		if code := do("GET", "/metrics", from); code != http.StatusOK {
+			t.Errorf("GET /metrics from %s: %d, want 200", from, code)
+		}
+	}
+	if len(f.d.px.Quarantined()) != 0 {
+		t.Fatalf("a remote client changed the quarantine: %v", f.d.px.Quarantined())
+	}
+	// negative control: the same calls from loopback act
+	for _, from := range []string{"127.0.0.1:40000", "[::1]:40000", "[::ffff:127.0.0.1]:40000"} {
+		if code := do("POST", "/quarantine/agent-a", from); code != http.StatusOK {
+			t.Errorf("POST from %s: %d, want 200", from, code)
+		}
+		if got := f.d.px.Quarantined(); len(got) != 1 {
+			t.Errorf("after POST from %s: quarantined %v", from, got)
+		}
+		if code := do("DELETE", "/quarantine/agent-a", from); code != http.StatusOK {
+			t.Errorf("DELETE from %s: %d, want 200", from, code)
+		}
+	}
+}
