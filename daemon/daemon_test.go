@@ -253,9 +253,12 @@ func TestLeakWebhook(t *testing.T) {
 	withHook := func(u string) string {
 		return config("127.0.0.1:0", port(f.a)) + "selftest:\n  webhook: " + u + "\n"
 	}
-	f.write(t, withHook(first))
-	waitFor(t, "the first webhook to be loaded", func() bool { return f.d.Policy().Selftest.Webhook == first })
 	ctx := context.Background()
+	// explicit reloads: the file watcher may not be registered yet
+	f.write(t, withHook(first))
+	if err := f.d.Reload(ctx, "test"); err != nil || f.d.Policy().Selftest.Webhook != first {
+		t.Fatalf("reload with the first webhook: %v, webhook %q", err, f.d.Policy().Selftest.Webhook)
+	}
 
 	f.d.scheduled(ctx) // sealed: nothing to report
 	select {
@@ -277,7 +280,9 @@ func TestLeakWebhook(t *testing.T) {
 
 	f.leak.Store(false) // the reload's own self-test must pass to keep the new policy
 	f.write(t, withHook(second))
-	waitFor(t, "the second webhook to be loaded", func() bool { return f.d.Policy().Selftest.Webhook == second })
+	if err := f.d.Reload(ctx, "test"); err != nil || f.d.Policy().Selftest.Webhook != second {
+		t.Fatalf("reload with the second webhook: %v, webhook %q", err, f.d.Policy().Selftest.Webhook)
+	}
 	f.leak.Store(true)
 	f.d.scheduled(ctx)
 	select {
