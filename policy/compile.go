@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"fmt"
+	"github.com/egressd/egressd/policy/classify"
 	"net"
 	"net/netip"
 	"net/url"
@@ -146,7 +147,7 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		}
 		t, ok := ParsePageType(strings.ToLower(s.V))
 		if !ok {
-			c.errf(s.Line, fmt.Sprintf("%s.pages[%d]", f, j), "unknown page type %q: one of %s, or \"*\" for any", s.V, strings.Join(pageTypeNames[:], ", "))
+			c.errf(s.Line, fmt.Sprintf("%s.pages[%d]", f, j), "unknown page type %q: one of %s, or \"*\" for any", s.V, strings.Join(classify.PageTypeNames(), ", "))
 			continue
 		}
 		r.Pages = r.Pages.With(t)
@@ -169,7 +170,7 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 	if rr.Mirror.V != "" {
 		m, ok := ParseMirror(rr.Mirror.V)
 		if !ok {
-			c.errf(rr.Mirror.Line, f+".mirror", "unknown mirror %q: one of %s", rr.Mirror.V, strings.Join(mirrorNames[1:], ", "))
+			c.errf(rr.Mirror.Line, f+".mirror", "unknown mirror %q: one of %s", rr.Mirror.V, strings.Join(classify.MirrorNames(), ", "))
 		}
 		r.Mirror = m
 		if len(rr.Pages)+len(rr.Methods)+len(rr.Paths) > 0 {

@@ -1,4 +1,4 @@
-package policy
+package classify
 
 import (
 	"bytes"
@@ -396,7 +396,7 @@ var pathTrickCases = []mirrorCase{
 func TestCheckMirrorPathTricks(t *testing.T) { runMirror(t, MirrorGeneric, pathTrickCases) }
 
 func TestCheckMirrorUnknownEcosystem(t *testing.T) {
-	for _, m := range []Mirror{MirrorNone, numMirrors, 200} {
+	for _, m := range []Mirror{MirrorNone, Mirror(len(ecosystems)), 200} {
 		got := CheckMirror(m, &Request{Method: "GET", Path: "/"}, nil)
 		if got.Allow || got.Reason != "mirror: unknown ecosystem" {
 			t.Errorf("CheckMirror(%d) = %+v, want deny %q", m, got, "mirror: unknown ecosystem")

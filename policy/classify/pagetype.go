@@ -1,4 +1,4 @@
-package policy
+package classify
 
 // Page types (DESIGN.md step 4; research/MIRRORS-PAGETYPES.md §B.2): one
 // PageType per request, from method, path, query, Content-Type and host,
@@ -16,6 +16,7 @@ package policy
 import (
 	"bytes"
 	"strings"
+	"sync"
 )
 
 // pgReadOnlyPOST names a request made with POST that only reads. These are
@@ -70,13 +71,17 @@ func ClassifyPage(r *Request) (PageType, string) {
 		}
 	}
 
-	var buf [2 * 256]byte
-	var segs [32]pgSpan
-	p := pgParsePath(r.Path, buf[:0], segs[:0])
-	var q pgQuery
-	q.scan(r.Query)
+	// The parsed path and query go to each ecosystem's known writes through
+	// function values, so they would escape; a pooled scratch keeps the
+	// call allocation-free.
+	sc := pgPool.Get().(*pgScratch)
+	defer pgPool.Put(sc)
+	sc.p = pgParsePath(r.Path, sc.buf[:0], sc.segs[:0])
+	sc.q = pgQuery{}
+	sc.q.scan(r.Query)
+	p, q := &sc.p, &sc.q
 
-	if t, why := pgKnownWrite(r, &p, &q, safe); why != "" {
+	if t, why := pgKnownWrite(r, p, q, safe); why != "" {
 		return t, why
 	}
 
@@ -87,7 +92,7 @@ func ClassifyPage(r *Request) (PageType, string) {
 	hr := pgHostLabels[label]
 	var s pgSignals
 	if !hr.content && !pgContentHosts[r.Host] {
-		s.walk(&p, r.Host, safe)
+		s.walk(p, r.Host, safe)
 	} else if len(p.segs) > 0 {
 		// Content hosts name topics in their paths, but a first segment
 		// that is an account function is that function there too: an
@@ -220,11 +225,21 @@ func ClassifyPage(r *Request) (PageType, string) {
 	if hr.page == PageDownload {
 		return PageDownload, hr.why
 	}
-	if why := pgDownload(r, &p, &q); why != "" {
+	if why := pgDownload(r, p, q); why != "" {
 		return PageDownload, why
 	}
 	return PageRead, "default"
 }
+
+// pgScratch is ClassifyPage's working memory.
+type pgScratch struct {
+	buf  [2 * 256]byte
+	segs [32]pgSpan
+	p    pgPath
+	q    pgQuery
+}
+
+var pgPool = sync.Pool{New: func() any { return new(pgScratch) }}
 
 // pgReadOnly returns the readOnlyPOSTs entry r matches, or nil. Only a raw
 // path with nothing to decode or resolve can match, so no spelling of a
@@ -238,7 +253,7 @@ func pgReadOnly(r *Request) *pgReadOnlyPOST {
 		if r.ContentLength > e.MaxBody || e.Host != "" && e.Host != r.Host {
 			continue
 		}
-		if e.ContentType != "" && !strings.EqualFold(pgMediaType(r.ContentType), e.ContentType) {
+		if e.ContentType != "" && !strings.EqualFold(mediaType(r.ContentType), e.ContentType) {
 			continue
 		}
 		if !pgQueryKeysIn(r.Query, e.QueryKeys) {
@@ -324,82 +339,15 @@ func pgMatch(pat, path string) bool {
 }
 
 // pgKnownWrite is the table of endpoints that the generic rules get wrong:
-// git push, registry publish and token APIs, OCI pushes, webhook sinks. It
-// only ever returns write types, so it cannot hide a signal.
+// each ecosystem's publish, upload and token endpoints (declared in its
+// eco_<name>.go file), then model hubs and webhook sinks. It only ever
+// returns write types, so it cannot hide a signal.
 func pgKnownWrite(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, string) {
+	if t, why := ecosystemKnownWrites(r, p, q, safe); why != "" {
+		return t, why
+	}
 	n := len(p.segs)
-	last := n - 1
-	if p.is(last, "git-receive-pack") || q.receivePack ||
-		strings.EqualFold(pgMediaType(r.ContentType), "application/x-git-receive-pack-request") {
-		return PagePublish, "known:git-receive-pack"
-	}
-	if i := p.index("lfs"); !safe && i > 0 && p.is(i-1, "info") {
-		return PageUpload, "known:git-lfs" // the batch body may say upload; we do not see it
-	}
-	if q.scopeWrite && p.is(last, "token") {
-		return PageLogin, "known:registry-token-write"
-	}
-	if q.writeTrue {
-		return PagePublish, "query:write=true" // npm reads the packument this way only to PUT it back
-	}
-	if p.is(0, "v2") {
-		for i := 2; i < n; i++ {
-			if p.is(i, "blobs") && p.is(i+1, "uploads") {
-				return PageUpload, "known:oci-blob-upload"
-			}
-			if !safe && (p.is(i, "manifests") || p.is(i, "blobs")) {
-				return PagePublish, "known:oci-push"
-			}
-		}
-	}
-	// npm registries (the public one and its mirrors live on a host named
-	// registry.<domain>) keep their account API under /-/.
-	if strings.HasPrefix(r.Host, "registry.") {
-		dash := p.is(0, "-")
-		if dash && (p.is(1, "user") || p.is(1, "v1") && p.is(2, "login") ||
-			p.is(1, "npm") && p.is(2, "v1") && (p.is(3, "tokens") || p.is(3, "oidc") || p.is(3, "user"))) {
-			return PageLogin, "known:npm-login"
-		}
-		if !safe && !(dash && p.is(1, "npm")) {
-			return PagePublish, "known:npm-publish" // PUT /<pkg>, dist-tags, unpublish
-		}
-	}
 	switch r.Host {
-	case "upload.pypi.org":
-		return PagePublish, "known:pypi-upload"
-	case "pypi.org", "test.pypi.org":
-		if p.is(0, "_") && p.is(1, "oidc") {
-			return PageLogin, "known:pypi-oidc"
-		}
-		if !safe && p.is(0, "legacy") {
-			return PagePublish, "known:pypi-upload"
-		}
-	case "crates.io":
-		if !p.is(0, "api") || !p.is(1, "v1") {
-			break
-		}
-		switch {
-		case p.is(2, "me") && p.is(3, "tokens"), p.is(2, "trusted_publishing"):
-			return PageLogin, "known:crates-token"
-		case safe || !p.is(2, "crates"):
-		case p.is(3, "new"), p.is(last, "yank"), p.is(last, "unyank"):
-			return PagePublish, "known:crates-publish"
-		case p.is(last, "owners"):
-			return PageAdmin, "known:crates-owners"
-		}
-	case "rubygems.org":
-		if !p.is(0, "api") || !p.is(1, "v1") {
-			break
-		}
-		switch {
-		case p.is(2, "api_key"), p.is(2, "api_key.json"):
-			return PageLogin, "known:rubygems-api-key" // a GET that returns the account's key
-		case safe || !p.is(2, "gems"):
-		case p.is(last, "owners"):
-			return PageAdmin, "known:rubygems-owners"
-		default:
-			return PagePublish, "known:rubygems-push"
-		}
 	case "huggingface.co", "hf.co":
 		if !p.is(0, "api") {
 			break
@@ -476,7 +424,7 @@ const (
 )
 
 func pgContentKind(ct string) int {
-	mt := pgMediaType(ct)
+	mt := mediaType(ct)
 	var b [64]byte
 	if len(mt) > len(b) {
 		return pgOtherBody
@@ -498,14 +446,6 @@ func pgContentKind(ct string) int {
 		return pgBinary
 	}
 	return pgOtherBody
-}
-
-// pgMediaType is ct without parameters or surrounding blanks.
-func pgMediaType(ct string) string {
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	return strings.Trim(ct, " \t")
 }
 
 func pgLower(dst []byte, s string) []byte {
@@ -659,8 +599,8 @@ func pgUnescape(b []byte) (out []byte, changed, sep bool) {
 	w := 0
 	for r := 0; r < len(b); r++ {
 		c := b[r]
-		if c == '%' && r+2 < len(b) && pgHex(b[r+1]) >= 0 && pgHex(b[r+2]) >= 0 {
-			c = byte(pgHex(b[r+1])<<4 | pgHex(b[r+2]))
+		if c == '%' && r+2 < len(b) && unhex(b[r+1]) >= 0 && unhex(b[r+2]) >= 0 {
+			c = byte(unhex(b[r+1])<<4 | unhex(b[r+2]))
 			r += 2
 			changed = true
 			// 0xC0 and 0xC1 start overlong UTF-8 ("%c0%ae" is '.' to old IIS).
@@ -672,18 +612,6 @@ func pgUnescape(b []byte) (out []byte, changed, sep bool) {
 		w++
 	}
 	return b[:w], changed, sep
-}
-
-func pgHex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c - 'a' + 10)
-	case 'A' <= c && c <= 'F':
-		return int(c - 'A' + 10)
-	}
-	return -1
 }
 
 func (p *pgPath) orig(i int) []byte { return p.b[p.segs[i].lo:p.segs[i].hi] }
@@ -1197,8 +1125,8 @@ func pgDecode(dst []byte, s string) (out []byte, ok bool) {
 		switch {
 		case c == '+':
 			c = ' '
-		case c == '%' && i+2 < len(s) && pgHex(s[i+1]) >= 0 && pgHex(s[i+2]) >= 0:
-			c = byte(pgHex(s[i+1])<<4 | pgHex(s[i+2]))
+		case c == '%' && i+2 < len(s) && unhex(s[i+1]) >= 0 && unhex(s[i+2]) >= 0:
+			c = byte(unhex(s[i+1])<<4 | unhex(s[i+2]))
 			i += 2
 		}
 		dst = append(dst, c)
@@ -1227,8 +1155,8 @@ func pgHasMutation(v string) bool {
 		switch {
 		case c == '+':
 			c = ' '
-		case c == '%' && i+2 < len(v) && pgHex(v[i+1]) >= 0 && pgHex(v[i+2]) >= 0:
-			c = byte(pgHex(v[i+1])<<4 | pgHex(v[i+2]))
+		case c == '%' && i+2 < len(v) && unhex(v[i+1]) >= 0 && unhex(v[i+2]) >= 0:
+			c = byte(unhex(v[i+1])<<4 | unhex(v[i+2]))
 			i += 2
 		}
 		if 'A' <= c && c <= 'Z' {
