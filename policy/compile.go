@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,15 @@ const (
 	defaultIdleTimeout      = 5 * time.Minute
 	defaultDialTimeout      = 10 * time.Second
 	defaultMirrorBodyBytes  = 1 << 20
+	// defaultReadHeadBytes: a browser's or API client's headers without
+	// large cookies stay under 2 KiB.
+	defaultReadHeadBytes = 4 << 10
+	// defaultQueryBytes: search, paging and filter queries of real reads
+	// stay well under 1 KiB (see policy/classify/testdata/corpus.txt).
+	defaultQueryBytes = 2 << 10
+	// defaultDNSWildcardNames: distinct names one identity may resolve
+	// under one wildcard rule per hour (a CDN or docs site uses a handful).
+	defaultDNSWildcardNames = 256
 	defaultDNSQPS           = 50
 )
 
@@ -183,6 +193,17 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 			break
 		}
 		r.MirrorOp.ModulePrefixes = append(r.MirrorOp.ModulePrefixes, s.V)
+	}
+	for j, s := range rr.ReadPosts {
+		if !slices.Contains(classify.ReadPostNames(), s.V) {
+			c.errf(s.Line, fmt.Sprintf("%s.read_posts[%d]", f, j), "unknown read-only POST %q: one of %s", s.V, strings.Join(classify.ReadPostNames(), ", "))
+			continue
+		}
+		if r.Mirror != MirrorNone {
+			c.errf(s.Line, fmt.Sprintf("%s.read_posts[%d]", f, j), "a mirror rule takes no read_posts: its grammar names the reads it allows")
+			break
+		}
+		r.ReadPosts = append(r.ReadPosts, s.V)
 	}
 	if rr.TLS != nil {
 		r.TLS = rr.TLS.V
@@ -534,6 +555,17 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 		DialTimeout:      c.duration(l.DialTimeout, "limits.dial_timeout", defaultDialTimeout),
 		MirrorBodyBytes:  defaultMirrorBodyBytes,
 		DNSQueriesPerSec: pos(l.DNSQueriesPerSec, "limits.dns_queries_per_second", defaultDNSQPS),
+		ReadHeadBytes:    pos(l.ReadHeadBytes, "limits.read_head_bytes", defaultReadHeadBytes),
+		QueryBytes:       pos(l.QueryBytes, "limits.query_bytes", defaultQueryBytes),
+		DNSWildcardNames: defaultDNSWildcardNames,
+		DNSExactOnly:     l.DNSExactOnly.V,
+	}
+	if l.DNSWildcardNames.Line != 0 {
+		if l.DNSWildcardNames.V < 0 {
+			c.errf(l.DNSWildcardNames.Line, "limits.dns_wildcard_names", "%d: must be 0 (no budget) or positive", l.DNSWildcardNames.V)
+		} else {
+			p.Limits.DNSWildcardNames = l.DNSWildcardNames.V
+		}
 	}
 	if l.MirrorBodyBytes.Line != 0 {
 		if l.MirrorBodyBytes.V <= 0 {

@@ -14,6 +14,7 @@ var MirrorGit = register(&ecosystem{
 	grammar:     checkGit,
 	knownWrites: gitKnownWrites,
 	body:        checkGitBody,
+	headers:     []string{"Git-Protocol"},
 	publish:     Probe{"POST", "/egressd/selftest.git/git-receive-pack", "application/x-git-receive-pack-request", "0000"},
 	maxQuery:    len("service=git-upload-pack"),
 })

@@ -7,6 +7,7 @@ var MirrorNPM = register(&ecosystem{
 	name:        "npm",
 	grammar:     checkNPM,
 	knownWrites: npmKnownWrites,
+	headers:     []string{"Npm-Command", "Npm-Session", "Npm-Scope", "Npm-In-Ci", "Npm-Auth-Type", "Referer", "Pacote-Version", "Pacote-Req-Type", "Pacote-Pkg-Id", "Pacote-Integrity"},
 	publish:     Probe{"PUT", "/egressd-selftest", "application/json", `{"name":"egressd-selftest","versions":{}}`},
 })
 

@@ -7,6 +7,7 @@ var MirrorOCI = register(&ecosystem{
 	name:        "oci",
 	grammar:     checkOCI,
 	knownWrites: ociKnownWrites,
+	headers:     []string{"Docker-Distribution-Api-Version"},
 	publish:     Probe{"POST", "/v2/egressd/selftest/blobs/uploads/", "application/octet-stream", ""},
 	maxQuery:    512, // token scope/service, tags/list n/last, referrers artifactType
 })

@@ -32,6 +32,9 @@ type ecosystem struct {
 	// body checks the buffered body of a request the grammar allowed with
 	// BodyCap > 0; nil for grammars that allow no body.
 	body func(r *Request, body []byte) (bool, string)
+	// headers are the request headers this ecosystem's clients send beyond
+	// clientHeaders (canonical spelling); a mirror rule forwards no others.
+	headers []string
 	// publish is the request a publish sends.
 	publish Probe
 	// fallback: knownWrites runs after every other ecosystem's, because it
@@ -125,4 +128,32 @@ func ecosystemKnownWrites(r *Request, p *pgPath, q *pgQuery, safe bool) (PageTyp
 		}
 	}
 	return PageRead, ""
+}
+
+// clientHeaders are the request headers every package client may send: what
+// a mirror rule of any ecosystem forwards (Authorization for private
+// registries; Content-Type, Content-Encoding and Content-Length for the
+// protocol reads made with POST).
+var clientHeaders = []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent", "Range", "If-Range",
+	"If-None-Match", "If-Modified-Since", "Cache-Control", "Pragma", "Authorization", "Content-Type",
+	"Content-Length", "Content-Encoding", "Connection", "Keep-Alive", "Te"}
+
+// MirrorHeaderAllowed reports whether a mirror rule of ecosystem m forwards
+// the header named (in canonical form, as net/http keys it) name.
+func MirrorHeaderAllowed(m Mirror, name string) bool {
+	e := m.eco()
+	if e == nil {
+		return false
+	}
+	for _, h := range clientHeaders {
+		if h == name {
+			return true
+		}
+	}
+	for _, h := range e.headers {
+		if h == name {
+			return true
+		}
+	}
+	return false
 }

@@ -15,21 +15,27 @@ package classify
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"sync"
 )
 
 // pgReadOnlyPOST names a request made with POST that only reads. These are
 // the only non-GET/HEAD/OPTIONS requests ClassifyPage ever calls read or
-// download.
+// download, and only when the rule opts in (Request.ReadPosts): a POST body
+// is a channel wherever it is allowed, so it is allowed only where a rule
+// says so, and CheckReadPostBody then holds the body to what the protocol
+// sends.
 type pgReadOnlyPOST struct {
-	ID          string   // the signal ClassifyPage returns
+	ID          string   // the signal ClassifyPage returns; the opt-in name is ID without "readpost:"
 	Host        string   // exact host; "" for any host (self-hosted software)
 	Paths       []string // raw-path patterns: "*" is one segment, a leading "**" any prefix
 	ContentType string   // required media type; "" only with MaxBody 0 (no body)
 	MaxBody     int64    // Content-Length cap; an unknown (chunked) length never matches
 	QueryKeys   []string // the only query keys allowed, spelled raw; nil: no query
 	Page        PageType // PageRead or PageDownload
+	// Body checks the buffered body (at most MaxBody bytes); nil with MaxBody 0.
+	Body func(body []byte) (bool, string)
 }
 
 // readOnlyPOSTs is the explicit list of read-only POSTs. GraphQL endpoints
@@ -38,17 +44,63 @@ type pgReadOnlyPOST struct {
 var readOnlyPOSTs = []pgReadOnlyPOST{
 	// git fetch/clone negotiation (gitprotocol-http(5)). git switches to a
 	// chunked body above http.postBuffer (1 MiB), so the cap matches it.
+	// Implied by mirror: git.
 	{ID: "readpost:git-upload-pack", Paths: []string{"**/git-upload-pack"},
-		ContentType: "application/x-git-upload-pack-request", MaxBody: 1 << 20, Page: PageDownload},
+		ContentType: uploadPackType, MaxBody: uploadPackBodyCap, Page: PageDownload, Body: checkUploadPackBody},
 	// Jira issue search (JQL in a JSON body), on any Jira host.
 	{ID: "readpost:jira-search", Paths: []string{"**/rest/api/*/search", "**/rest/api/*/search/jql"},
-		ContentType: "application/json", MaxBody: 64 << 10, Page: PageRead},
+		ContentType: "application/json", MaxBody: jiraSearchBodyCap, Page: PageRead, Body: checkJiraSearch},
 	// Hugging Face file metadata, as huggingface_hub asks for it.
 	{ID: "readpost:hf-paths-info", Host: "huggingface.co", Paths: []string{"/api/*/*/*/paths-info/*", "/api/*/*/paths-info/*"},
-		ContentType: "application/x-www-form-urlencoded", MaxBody: 256 << 10, Page: PageRead},
+		ContentType: "application/x-www-form-urlencoded", MaxBody: hfPathsInfoBodyCap, Page: PageRead, Body: checkHFPathsInfo},
 	// Sonatype Central deployment status (?id=… in the query, no body).
 	{ID: "readpost:sonatype-status", Host: "central.sonatype.com", Paths: []string{"/api/v1/publisher/status"},
 		QueryKeys: []string{"id"}, Page: PageRead},
+}
+
+// ReadPostNames lists the names a rule's read_posts may hold.
+func ReadPostNames() []string {
+	out := make([]string, 0, len(readOnlyPOSTs))
+	for _, e := range readOnlyPOSTs {
+		out = append(out, strings.TrimPrefix(e.ID, "readpost:"))
+	}
+	return out
+}
+
+// ReadPostBodyCap returns how much body the read-only POST that signal
+// names may carry (0: none; the proxy then forwards no body).
+func ReadPostBodyCap(signal string) int64 {
+	if e := readPostBySignal(signal); e != nil {
+		return e.MaxBody
+	}
+	return 0
+}
+
+// CheckReadPostBody checks the buffered body of a request ClassifyPage
+// called a read-only POST with signal.
+func CheckReadPostBody(signal string, body []byte) (bool, string) {
+	e := readPostBySignal(signal)
+	switch {
+	case e == nil:
+		return false, "no read-only POST " + signal
+	case int64(len(body)) > e.MaxBody:
+		return false, e.ID + ": body over cap"
+	case e.Body == nil:
+		if len(body) == 0 {
+			return true, ""
+		}
+		return false, e.ID + ": takes no body"
+	}
+	return e.Body(body)
+}
+
+func readPostBySignal(signal string) *pgReadOnlyPOST {
+	for i := range readOnlyPOSTs {
+		if readOnlyPOSTs[i].ID == signal {
+			return &readOnlyPOSTs[i]
+		}
+	}
+	return nil
 }
 
 // ClassifyPage returns the page type of r and the id of the signal that
@@ -250,6 +302,9 @@ func pgReadOnly(r *Request) *pgReadOnlyPOST {
 	}
 	for i := range readOnlyPOSTs {
 		e := &readOnlyPOSTs[i]
+		if !slices.Contains(r.ReadPosts, e.ID[len("readpost:"):]) {
+			continue // not opted in by the rule
+		}
 		if r.ContentLength > e.MaxBody || e.Host != "" && e.Host != r.Host {
 			continue
 		}

@@ -79,6 +79,9 @@ type Request struct {
 	Query         string
 	ContentType   string
 	ContentLength int64 // -1 when unknown (chunked)
+	// ReadPosts names the read-only POSTs the rule opts in to
+	// ("jira-search"; see ReadPostNames). Elsewhere every POST is a write.
+	ReadPosts []string
 }
 
 // PageTypeNames lists the config spellings of every page type.
