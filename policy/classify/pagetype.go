@@ -606,6 +606,13 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 	if bytes.Contains(p.b, []byte("%u")) || bytes.Contains(p.b, []byte("%U")) {
 		p.weird = true // IIS %uXXXX escapes
 	}
+	if pgNonASCII(p.b) {
+		// Fold compatibility forms and confusables; a path that needed it
+		// loses the rules that remove signals, like any other odd spelling.
+		if f, changed := foldUnicode(p.b); changed {
+			p.b, p.weird = append(p.b[:0], f...), true
+		}
+	}
 	p.half = len(p.b)
 	for i := 0; i < p.half; i++ {
 		c := p.b[i]
@@ -646,6 +653,15 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 		start = i + 1
 	}
 	return p
+}
+
+func pgNonASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return true
+		}
+	}
+	return false
 }
 
 // pgUnescape decodes %XX escapes in place. sep reports a decoded '/', '\\',
@@ -868,7 +884,11 @@ func (s *pgSignals) walk(p *pgPath, host string, safe bool) {
 		case pgHasPrefix(low, "oauth."):
 			pgSet(&s.oauth, "path:oauth.") // Slack's oauth.v2.access
 		}
-		s.segment(p.orig(i), low, relaxed || i < 2 || i == last, relaxed || i == last, safe)
+		// On a namespace host the first segment after the owner and
+		// repository names is the site route (/<owner>/<repo>/upload/<branch>):
+		// it counts like a first segment.
+		routeAt := skipHi > 0 && i == skipHi
+		s.segment(p.orig(i), low, relaxed || i < 2 || i == last || routeAt, relaxed || i == last, safe)
 	}
 }
 
