@@ -473,7 +473,7 @@ func TestCheckMirrorBody(t *testing.T) {
 		{"lfs escaped key", MirrorGit, batch, []byte(`{"operation":"download","operatio\u006e":"upload"}`), false, "lfs batch: duplicate key"},
 		{"lfs missing operation", MirrorGit, batch, []byte(`{"objects":[]}`), false, "lfs batch: operation must be download"},
 		{"lfs unknown key", MirrorGit, batch, []byte(`{"operation":"download","data":"c2VjcmV0"}`), false, "lfs batch: unexpected key"},
-		{"lfs free-text oid", MirrorGit, batch, []byte(`{"operation":"download","objects":[{"oid":"secret","size":1}]}`), false, "lfs batch: bad JSON"},
+		{"lfs free-text oid", MirrorGit, batch, []byte(`{"operation":"download","objects":[{"oid":"secret","size":1}]}`), false, "lfs batch: bad value of objects"},
 		{"lfs trailing data", MirrorGit, batch, []byte(`{"operation":"download"}{"operation":"upload"}`), false, "lfs batch: trailing data"},
 		{"lfs not JSON", MirrorGit, batch, []byte(`operation=download`), false, "lfs batch: body is not a JSON object"},
 		{"lfs over cap", MirrorGit, batch, make([]byte, lfsBatchBodyCap+1), false, "lfs batch body: over cap"},
