@@ -420,6 +420,10 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 		if r.AllPages {
 			continue
 		}
+		// A read carrying data in its query: over limits.query_bytes it
+		// must be refused (query-budget), whatever the page type.
+		add("query-budget/"+r.Name, fmt.Sprintf("proxy: query over limits.query_bytes on rule %s", r.Name), base, "GET",
+			"/egressd-selftest?q="+strings.Repeat("a", p.Limits.QueryBytes), "", "")
 		for _, q := range pageProbes {
 			if !r.Pages.Has(q.page) {
 				add(fmt.Sprintf("page-%s/%s", q.page, r.Name), fmt.Sprintf("proxy: %s page on rule %s", q.page, r.Name), base, q.method, q.path, q.ctype, q.body)

@@ -68,8 +68,10 @@ func TestSelftestConfig(t *testing.T) {
 	want := []req{
 		{"mirror-publish/pypi", "POST", "https://pypi.org/legacy/", "mirror"},
 		{"mirror-publish/npm", "PUT", "https://egressd-selftest.npmjs.org/egressd-selftest", "mirror"},
+		{"query-budget/app", "GET", "https://app.example.com/egressd-selftest?q=" + strings.Repeat("a", 2048), "query-budget"},
 		{"page-login/app", "POST", "https://app.example.com/login", "page-type"},
 		{"page-posting/app", "POST", "https://app.example.com/comments", "page-type"},
+		{"query-budget/plain", "GET", "http://plain.example.com/egressd-selftest?q=" + strings.Repeat("a", 2048), "query-budget"},
 		{"page-login/plain", "POST", "http://plain.example.com/login", "page-type"},
 		{"page-upload/plain", "POST", "http://plain.example.com/upload", "page-type"},
 		{"page-posting/plain", "POST", "http://plain.example.com/comments", "page-type"},
