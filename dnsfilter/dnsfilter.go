@@ -267,7 +267,11 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		return
 	}
 	e.rule = rule.Name
-	switch v, wildcard, first := s.budget.Allow(p, e.identity, name, time.Now()); v {
+	budgetID := e.identity
+	if budgetID == "" {
+		budgetID = addrString(e.client) // no identity: each client address has its own budget
+	}
+	switch v, wildcard, first := s.budget.Allow(p, budgetID, name, time.Now()); v {
 	case policy.NameExactOnly:
 		s.deny(w, r, e, reasonExactOnly)
 		return
