@@ -200,12 +200,14 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- d.admin.Serve(al) }()
 	}
-	d.log.Info("serving", "proxy", d.proxyAddr, "dns", d.dnsAddr, "admin", d.adminAddr, "config", p.Source, "rules", len(p.Rules))
 	if d.opt.Walls != nil {
 		if err := d.opt.Walls(ctx, p); err != nil {
 			return fmt.Errorf("apply walls: %w", err)
 		}
 	}
+	// "serving" is a readiness signal (tests and supervisors wait for it):
+	// every listener is bound and the walls, if managed, are in place.
+	d.log.Info("serving", "proxy", d.proxyAddr, "dns", d.dnsAddr, "admin", d.adminAddr, "config", p.Source, "rules", len(p.Rules))
 	if started != nil {
 		close(started)
 	}
@@ -264,10 +266,14 @@ func (d *Daemon) boot(ctx context.Context) {
 		d.log.Warn(noSelftestWarning)
 		d.setStatus(noSelftestWarning)
 		d.ready.Store(true)
-		return
+	} else {
+		d.setReadiness(d.verify(ctx, "boot", d.Policy()))
 	}
-	v := d.verify(ctx, "boot", d.Policy())
-	d.setReadiness(v)
+	// "ready" is the readiness signal tests and supervisors wait for: from
+	// here the proxy lets allowed traffic through.
+	if ok, why := d.Ready(); ok {
+		d.log.Info("ready", "status", why)
+	}
 }
 
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {
