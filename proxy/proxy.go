@@ -22,6 +22,7 @@ import (
 	"github.com/elazarl/goproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -336,11 +337,11 @@ func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reas
 	w.Header().Set("Connection", "close")
 	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
 	x.m.requests.WithLabelValues("deny", reason.String(), "", "").Inc()
-	x.log.LogAttrs(r.Context(), slog.LevelWarn, "decision",
-		slog.String("identity", rq.identity), slog.String("method", r.Method),
-		slog.String("host", r.Host), slog.String("path", truncate(r.URL.Path, maxLogPath)),
-		slog.String("decision", "deny"), slog.String("reason", reason.String()), slog.String("detail", detail),
-		slog.Int("status", status))
+	x.log.LogAttrs(r.Context(), slog.LevelWarn, event.Msg,
+		slog.String(event.KeyIdentity, rq.identity), slog.String(event.KeyMethod, r.Method),
+		slog.String(event.KeyHost, r.Host), slog.String(event.KeyPath, truncate(r.URL.Path, maxLogPath)),
+		slog.String(event.KeyDecision, event.Deny), slog.String(event.KeyReason, reason.String()), slog.String(event.KeyDetail, detail),
+		slog.Int(event.KeyStatus, status))
 }
 
 const maxLogPath = 200

@@ -15,6 +15,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -249,38 +250,38 @@ func (x *Proxy) logDecision(ctx context.Context, rq *request, status int, detail
 // failures at Error.
 func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, reason policy.Reason, detail string, in, out int64) {
 	d := &rq.d
-	decision := "deny"
+	decision := event.Deny
 	if d.Allow && !reason.Denies() {
-		decision = "allow"
+		decision = event.Allow
 	}
 	level := slog.LevelInfo
 	switch {
 	case status >= 500 && status != http.StatusServiceUnavailable:
 		level = slog.LevelError
-	case decision == "deny":
+	case decision == event.Deny:
 		level = slog.LevelWarn
 	}
 	host := rq.target.Host()
 	if host == "" {
 		host = d.Host
 	}
-	x.log.LogAttrs(ctx, level, "decision",
-		slog.String("identity", rq.identity),
-		slog.String("method", rq.method),
-		slog.String("host", host),
-		slog.Int("port", int(rq.target.Port)),
-		slog.String("path", truncate(rq.target.Path, maxLogPath)),
-		slog.String("page_type", d.PageType.String()),
-		slog.String("rule", d.RuleName()),
-		slog.String("decision", decision),
-		slog.String("reason", reason.String()),
-		slog.Bool("high_risk", d.HighRisk),
-		slog.Int("status", status),
-		slog.Int64("bytes_in", in),
-		slog.Int64("bytes_out", out),
-		slog.Int64("bytes", in+out),
-		slog.String("detail", detail),
-		slog.Bool("inspected", rq.tunnel != nil),
+	x.log.LogAttrs(ctx, level, event.Msg,
+		slog.String(event.KeyIdentity, rq.identity),
+		slog.String(event.KeyMethod, rq.method),
+		slog.String(event.KeyHost, host),
+		slog.Int(event.KeyPort, int(rq.target.Port)),
+		slog.String(event.KeyPath, truncate(rq.target.Path, maxLogPath)),
+		slog.String(event.KeyPageType, d.PageType.String()),
+		slog.String(event.KeyRule, d.RuleName()),
+		slog.String(event.KeyDecision, decision),
+		slog.String(event.KeyReason, reason.String()),
+		slog.Bool(event.KeyHighRisk, d.HighRisk),
+		slog.Int(event.KeyStatus, status),
+		slog.Int64(event.KeyBytesIn, in),
+		slog.Int64(event.KeyBytesOut, out),
+		slog.Int64(event.KeyBytes, in+out),
+		slog.String(event.KeyDetail, detail),
+		slog.Bool(event.KeyInspected, rq.tunnel != nil),
 	)
 	x.m.requests.WithLabelValues(decision, reason.String(), d.PageType.String(), d.RuleName()).Inc()
 	if d.HighRisk {

@@ -24,9 +24,9 @@ const anyPackage = "*"
 // added here. The layers, bottom up:
 //
 //   - leaves, importing nothing of ours: policy, configs, nft, ca,
-//     sandbox, audit, selftest, event;
-//   - the data path: proxy and dnsfilter, on policy (and event for the
-//     decision record);
+//     sandbox, selftest, event (the decision record's schema);
+//   - audit, on event;
+//   - the data path: proxy and dnsfilter, on policy (proxy also on event);
 //   - daemon, the lifecycle around them;
 //   - cmd/egressd and bench, which only wire: anything above.
 //
