@@ -90,3 +90,17 @@ func TestCAExportNeverMints(t *testing.T) {
 		t.Errorf("export of serve's CA: exit %d %s", code, errs)
 	}
 }
+
+// TestValidateWarns: validate accepts a config without a positive control
+// or a canary (exit 0) and warns about both on stderr.
+func TestValidateWarns(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - hosts: [a.example]\n"), 0o644)
+	code, out, errs := runCmd("validate", cfg)
+	if code != exitOK || !strings.Contains(out, "ok") || !strings.Contains(errs, "warning: selftest.expect_reachable is empty") || !strings.Contains(errs, "warning: selftest has no canary") {
+		t.Errorf("validate: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, _, errs := runCmd("validate"); code != exitOK || strings.Contains(errs, "warning") {
+		t.Errorf("validate of the default config: exit %d, stderr %q", code, errs)
+	}
+}
