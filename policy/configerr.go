@@ -3,8 +3,8 @@ package policy
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 
