@@ -102,6 +102,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		resolverDial: cfg.ResolverDial,
 		self:         x.isSelf,
 		control:      cfg.Control,
+		log:          x.log,
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{

@@ -131,6 +131,7 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	x.m.tunnels.Inc()
 	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec() }()
 	if !rq.d.Inspect {
+		ctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
 		up, _, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
 		if err != nil {
 			reason := reasonFor(err)
