@@ -46,8 +46,8 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 		ctx.Resp = x.denyDecision(r, rq)
 		return goproxy.RejectConnect, host
 	}
-	if !x.isReady(r.RemoteAddr) {
-		ctx.Resp = x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", rq.d.RuleName(), notReady)
+	if reason, detail := x.refusal(p, r.RemoteAddr); reason != "" {
+		ctx.Resp = x.deny(r, rq, http.StatusServiceUnavailable, reason, rq.d.RuleName(), detail)
 		return goproxy.RejectConnect, host
 	}
 	if rq.d.Inspect {

@@ -48,6 +48,13 @@ type Config struct {
 	// — denials still get their 403, which is never less safe. nil: always
 	// ready.
 	Ready func() bool
+	// Gate, when set, is asked about every allowed request or tunnel with
+	// the very policy that decided it: a non-empty reason refuses it with
+	// 503 and that reason (e.g. "not-ready" for a policy whose self-test
+	// has not passed, "audit-unavailable"). Asking with the deciding policy,
+	// not a separate flag, is what makes a reload's swap and its gate one
+	// step. nil: no gate.
+	Gate func(p *policy.Policy) (reason, detail string)
 	// ReadyExempt lets a client connection (by its remote address) through
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
@@ -66,6 +73,7 @@ type Proxy struct {
 	log    *slog.Logger
 	m      *metrics
 	ready  func() bool
+	gate   func(*policy.Policy) (string, string)
 	exempt func(netip.AddrPort) bool
 	ids    *tracker
 
@@ -89,6 +97,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		log:    cfg.Logger,
 		m:      newMetrics(cfg.Registry),
 		ready:  cfg.Ready,
+		gate:   cfg.Gate,
 		exempt: cfg.ReadyExempt,
 		ids:    newTracker(),
 		self:   map[netip.AddrPort]bool{},
@@ -370,17 +379,24 @@ func denyResponse(r *http.Request, status int, reason, rule, detail, help string
 	return resp
 }
 
-// isReady applies the Ready gate for a client at remote (host:port),
-// letting exempt connections through.
-func (x *Proxy) isReady(remote string) bool {
-	if x.ready == nil || x.ready() {
-		return true
+// refusal applies the Ready gate and the Gate to an allowed request or
+// tunnel decided by p for a client at remote (host:port): "" lets it
+// through, else the reason and detail of its 503. The self-test's own
+// connections are exempt.
+func (x *Proxy) refusal(p *policy.Policy, remote string) (reason, detail string) {
+	switch {
+	case x.ready != nil && !x.ready():
+		reason, detail = "not-ready", notReady
+	case x.gate != nil:
+		reason, detail = x.gate(p)
 	}
-	if x.exempt == nil {
-		return false
+	if reason == "" || x.exempt == nil {
+		return reason, detail
 	}
-	ap, err := netip.ParseAddrPort(remote)
-	return err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	if ap, err := netip.ParseAddrPort(remote); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
+		return "", ""
+	}
+	return reason, detail
 }
 
 // notReady is the detail of a 503 while the self-test has not passed.

@@ -58,8 +58,8 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
 	}
-	if !x.isReady(r.RemoteAddr) {
-		return r, x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", rq.d.RuleName(), notReady)
+	if reason, detail := x.refusal(p, r.RemoteAddr); reason != "" {
+		return r, x.deny(r, rq, http.StatusServiceUnavailable, reason, rq.d.RuleName(), detail)
 	}
 	if rq.d.Rule.Mirror != policy.MirrorNone {
 		if resp := x.checkMirrorBody(r, rq, p); resp != nil {

@@ -122,8 +122,8 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason.String(), "transparent TLS", 0, 0)
 		return
 	}
-	if !x.isReady(c.RemoteAddr().String()) {
-		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, "not-ready", notReady, 0, 0)
+	if reason, detail := x.refusal(p, c.RemoteAddr().String()); reason != "" {
+		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, reason, detail, 0, 0)
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}
