@@ -43,7 +43,10 @@ type fixture struct {
 	verifies atomic.Int64
 }
 
-func start(t *testing.T) *fixture {
+func start(t *testing.T) *fixture { t.Helper(); return startWith(t, nil) }
+
+// startWith starts a daemon whose Options mod may change first.
+func startWith(t *testing.T, mod func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{}
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
@@ -57,7 +60,7 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.d, err = New(Options{
+	opt := Options{
 		Load:   func() (*policy.Policy, error) { return policy.Load(f.path) },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Verify: func(context.Context, *policy.Policy) Verdict {
@@ -68,7 +71,11 @@ func start(t *testing.T) *fixture {
 			return Verdict{Sealed: true}
 		},
 		ProxyListener: pl,
-	})
+	}
+	if mod != nil {
+		mod(&opt)
+	}
+	f.d, err = New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
