@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsfilter"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
@@ -65,6 +66,12 @@ type Options struct {
 	ProxyListener net.Listener
 	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
 	ProxyConfig proxy.Config
+	// Audit is the audit log Logger writes decisions to (nil: none). While
+	// it cannot be written, allowed traffic is refused with 503
+	// audit-unavailable (unless the policy says audit.on_error: allow)
+	// and /readyz is 503; Run's stop closes it and reports a seal it could
+	// not write.
+	Audit *audit.Sink
 }
 
 // Daemon is a running egressd serve.
@@ -85,6 +92,7 @@ type Daemon struct {
 	ready    atomic.Bool            // the walls' last self-test (boot, scheduled) sealed
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
 	interval chan struct{}          // a reload changed selftest.interval
+	audit    *audit.Sink
 
 	reloads    *prometheus.CounterVec
 	drift      prometheus.Counter
@@ -114,6 +122,9 @@ func New(opt Options) (*Daemon, error) {
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
 	d.drift = prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_walls_drift_total", Help: "Times the kernel walls differed from the spec (tampering or drift) and were re-applied."})
 	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift)
+	if opt.Audit != nil {
+		d.watchAudit(opt.Audit, p)
+	}
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
 
@@ -148,7 +159,12 @@ func (d *Daemon) Proxy() *proxy.Proxy { return d.px }
 // Ready reports readiness and the reason: the walls' last self-test
 // sealed and the policy in force is the one it verified.
 func (d *Daemon) Ready() (bool, string) {
-	return d.ready.Load() && d.verified.Load() == d.pol.Load(), *d.status.Load()
+	ok, why := d.ready.Load() && d.verified.Load() == d.pol.Load(), *d.status.Load()
+	if refuse, note := d.auditState(d.Policy()); note != "" {
+		ok = ok && !refuse
+		why = note + "; " + why
+	}
+	return ok, why
 }
 
 // notVerified is the detail of a 503 for a request decided by a policy
@@ -164,7 +180,60 @@ func (d *Daemon) gate(p *policy.Policy) (reason, detail string) {
 	if d.verified.Load() != p {
 		return "not-ready", notVerified
 	}
+	if refuse, note := d.auditState(p); refuse {
+		return "audit-unavailable", "egressd cannot write its audit log, and what it cannot record it does not let through: " + note
+	}
 	return "", ""
+}
+
+// watchAudit registers the audit metrics and logs each change of the
+// audit log's state once.
+func (d *Daemon) watchAudit(a *audit.Sink, p *policy.Policy) {
+	d.audit = a
+	d.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "egressd_audit_ok", Help: "1 while the audit log's last write succeeded, 0 while it cannot be written."}, func() float64 {
+			if ok, _ := a.OK(); ok {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egressd_audit_write_errors_total", Help: "Audit log writes that failed (each one a decision or session record not written)."}, func() float64 {
+			return float64(a.WriteErrors())
+		}),
+	)
+	report := func(ok bool, err error) {
+		switch {
+		case ok:
+			d.log.Warn("audit log writable again: the chain goes on (a \"lost\" record counts the lines it misses)")
+		case d.Policy().Audit.OnErrorAllow:
+			d.log.Error("audit log cannot be written: audit.on_error is allow, so allowed traffic flows UNAUDITED until it can", "err", err)
+		default:
+			d.log.Error("audit log cannot be written: refusing what the policy allows (503 audit-unavailable) until it can", "err", err)
+		}
+	}
+	a.OnChange(report)
+	if ok, err := a.OK(); !ok {
+		report(ok, err) // opened on a full disk
+	}
+	if p.Audit.OnErrorAllow {
+		d.log.Warn("audit.on_error is allow: if the audit log cannot be written, allowed traffic flows unaudited")
+	}
+}
+
+// auditState says whether the audit log's state refuses what p allows,
+// and describes a failing log ("" when it works or there is none).
+func (d *Daemon) auditState(p *policy.Policy) (refuse bool, note string) {
+	if d.audit == nil {
+		return false, ""
+	}
+	ok, err := d.audit.OK()
+	if ok {
+		return false, ""
+	}
+	if p.Audit.OnErrorAllow {
+		return false, fmt.Sprintf("WARNING: audit log cannot be written (%v); audit.on_error is allow: traffic flows unaudited", err)
+	}
+	return true, fmt.Sprintf("not ready: audit log cannot be written (%v)", err)
 }
 
 // Addrs returns the bound proxy, DNS and admin addresses once Run started them.
@@ -247,12 +316,23 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		defer wt.Stop()
 		wallsTick = wt.C
 	}
+	var auditTick <-chan time.Time
+	if d.audit != nil {
+		at := time.NewTicker(time.Second)
+		defer at.Stop()
+		auditTick = at.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return d.shutdown()
 		case <-wallsTick:
 			d.checkWalls(ctx)
+		case <-auditTick:
+			// refused traffic may be all there is: try again on our own
+			if ok, _ := d.audit.OK(); !ok {
+				d.audit.Retry()
+			}
 		case err := <-errc:
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.shutdown()
@@ -284,6 +364,12 @@ func (d *Daemon) shutdown() error {
 		errs = append(errs, d.admin.Shutdown(ctx))
 	}
 	d.log.Info("stopped: the nftables walls, if any, stay in place (egressd nft down removes them)")
+	if d.audit != nil {
+		if err := d.audit.Close(); err != nil {
+			d.log.Error("stop: the audit log was not sealed: `egressd audit verify` will report its end as truncated", "err", err)
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 

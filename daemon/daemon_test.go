@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -41,6 +42,7 @@ type fixture struct {
 	a, b     string // origin URLs
 	leak     atomic.Bool
 	verifies atomic.Int64
+	stop     func() error // ends Run and returns its error
 }
 
 func start(t *testing.T) *fixture { t.Helper(); return startWith(t, nil) }
@@ -84,7 +86,8 @@ func startWith(t *testing.T, mod func(*Options)) *fixture {
 	done := make(chan error, 1)
 	go func() { done <- f.d.Run(ctx, started) }()
 	go f.d.WatchReload(ctx, f.path)
-	t.Cleanup(func() { cancel(); <-done })
+	f.stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { f.stop() })
 	<-started
 	f.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: pl.Addr().String()}), DisableKeepAlives: true}}
 	return f

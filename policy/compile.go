@@ -73,6 +73,13 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	c.sandbox(p, &raw.Sandbox)
 	c.selftest(p, &raw.Selftest)
 	c.limits(p, &raw.Limits)
+	switch raw.Audit.OnError.V {
+	case "", "deny":
+	case "allow":
+		p.Audit.OnErrorAllow = true
+	default:
+		c.errf(raw.Audit.OnError.Line, "audit.on_error", "%q: want deny (refuse what would be allowed while the audit log cannot be written) or allow", raw.Audit.OnError.V)
+	}
 	return p
 }
 

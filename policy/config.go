@@ -39,6 +39,11 @@ type rawConfig struct {
 	Sandbox    rawSandbox    `yaml:"sandbox"`
 	Selftest   rawSelftest   `yaml:"selftest"`
 	Limits     rawLimits     `yaml:"limits"`
+	Audit      rawAudit      `yaml:"audit"`
+}
+
+type rawAudit struct {
+	OnError at[string] `yaml:"on_error"`
 }
 
 type rawListen struct {
@@ -206,6 +211,7 @@ var (
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
 	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
+	"Audit": "audit",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors, naming unknown

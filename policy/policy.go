@@ -16,6 +16,7 @@ type Policy struct {
 	Sandbox    Sandbox
 	Selftest   Selftest
 	Limits     Limits
+	Audit      Audit
 	Identities []Identity
 	Rules      []*Rule
 
@@ -83,6 +84,15 @@ type Limits struct {
 	DialTimeout      time.Duration
 	MirrorBodyBytes  int64
 	DNSQueriesPerSec int
+}
+
+// Audit says what egressd does when its audit log (serve --audit-log)
+// cannot be written.
+type Audit struct {
+	// OnErrorAllow lets allowed traffic through unaudited (audit.on_error:
+	// allow); false (deny, the default) refuses it with 503
+	// audit-unavailable until writes succeed again.
+	OnErrorAllow bool
 }
 
 // Identity names a client by source CIDRs or proxy user name.
