@@ -34,6 +34,12 @@ const (
 	defaultDialTimeout      = 10 * time.Second
 	defaultMirrorBodyBytes  = 1 << 20
 	defaultDNSQPS           = 50
+
+	defaultRequestHeaderTimeout  = 10 * time.Second
+	defaultResponseHeaderTimeout = 60 * time.Second
+	defaultResponseHeaderBytes   = 256 << 10
+	defaultResponseIdleTimeout   = 60 * time.Second
+	defaultResponseTimeout       = time.Hour
 )
 
 var defaultPorts = []portRange{{80, 80}, {443, 443}}
@@ -540,6 +546,12 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 		DialTimeout:      c.duration(l.DialTimeout, "limits.dial_timeout", defaultDialTimeout),
 		MirrorBodyBytes:  defaultMirrorBodyBytes,
 		DNSQueriesPerSec: pos(l.DNSQueriesPerSec, "limits.dns_queries_per_second", defaultDNSQPS),
+
+		RequestHeaderTimeout:  c.duration(l.RequestHeaderTimeout, "limits.request_header_timeout", defaultRequestHeaderTimeout),
+		ResponseHeaderTimeout: c.duration(l.ResponseHeaderTimeout, "limits.response_header_timeout", defaultResponseHeaderTimeout),
+		ResponseHeaderBytes:   pos(l.ResponseHeaderBytes, "limits.response_header_bytes", defaultResponseHeaderBytes),
+		ResponseIdleTimeout:   c.duration(l.ResponseIdleTimeout, "limits.response_idle_timeout", defaultResponseIdleTimeout),
+		ResponseTimeout:       c.duration(l.ResponseTimeout, "limits.response_timeout", defaultResponseTimeout),
 	}
 	if l.MirrorBodyBytes.Line != 0 {
 		if l.MirrorBodyBytes.V <= 0 {

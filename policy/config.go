@@ -112,6 +112,12 @@ type rawLimits struct {
 	DialTimeout      at[string] `yaml:"dial_timeout"`
 	MirrorBodyBytes  at[int64]  `yaml:"mirror_body_bytes"`
 	DNSQueriesPerSec at[int]    `yaml:"dns_queries_per_second"`
+
+	RequestHeaderTimeout  at[string] `yaml:"request_header_timeout"`
+	ResponseHeaderTimeout at[string] `yaml:"response_header_timeout"`
+	ResponseHeaderBytes   at[int]    `yaml:"response_header_bytes"`
+	ResponseIdleTimeout   at[string] `yaml:"response_idle_timeout"`
+	ResponseTimeout       at[string] `yaml:"response_timeout"`
 }
 
 // ConfigError is one problem in a config file, located by file, line and

@@ -84,6 +84,18 @@ type Limits struct {
 	DialTimeout      time.Duration
 	MirrorBodyBytes  int64
 	DNSQueriesPerSec int
+
+	// The upstream side: a client's request head must arrive within
+	// RequestHeaderTimeout; an origin's response head within
+	// ResponseHeaderTimeout and ResponseHeaderBytes; its body may pause
+	// at most ResponseIdleTimeout between bytes and last at most
+	// ResponseTimeout in all. A response cut by one of them, or whose
+	// client left, releases its upstream socket at once.
+	RequestHeaderTimeout  time.Duration
+	ResponseHeaderTimeout time.Duration
+	ResponseHeaderBytes   int
+	ResponseIdleTimeout   time.Duration
+	ResponseTimeout       time.Duration
 }
 
 // Audit says what egressd does when its audit log (serve --audit-log)

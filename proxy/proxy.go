@@ -113,16 +113,17 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
-		Proxy:                 nil, // never chain through environment proxies
-		DialContext:           x.dialUpstream,
-		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     false,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64, // Go's default of 2 throttles a proxy
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // never chain through environment proxies
+		DialContext:            x.dialUpstream,
+		TLSClientConfig:        &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      false,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    64, // Go's default of 2 throttles a proxy
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  p.Limits.ResponseHeaderTimeout, // at start; request.go follows reloads
+		MaxResponseHeaderBytes: int64(p.Limits.ResponseHeaderBytes),
+		ExpectContinueTimeout:  time.Second,
 	}
 	x.up = &upstream{dial: x.dialDecided, limits: x.tr}
 	gp := goproxy.NewProxyHttpServer()
@@ -169,7 +170,7 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 	p := x.Policy()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: p.Limits.RequestHeaderTimeout,
 		IdleTimeout:       p.Limits.IdleTimeout,
 		MaxHeaderBytes:    p.Limits.HeaderBytes,
 		ErrorLog:          log.New(io.Discard, "", 0),
@@ -250,6 +251,9 @@ type request struct {
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
 	conn   *scanConn // client connection of an inspected tunnel
+	// w answers a plain request (nil inside tunnels): a slow response's
+	// head is flushed through it.
+	w http.ResponseWriter
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -264,7 +268,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		head, _ = sc.next()
 	}
-	rq := &request{start: start, method: r.Method, identity: x.identify(r)}
+	rq := &request{start: start, method: r.Method, identity: x.identify(r), w: w}
 	if head.bad != "" {
 		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
 		return
