@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -386,6 +387,18 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 	}
 	if full {
 		c.errf(1, "deny.hosts", "more than 4 GiB of host names: split the policy")
+	}
+	for j, v := range d.HostsFiles {
+		path := v.V
+		if path != "" && !filepath.IsAbs(path) && c.file != "" {
+			path = filepath.Join(filepath.Dir(c.file), path) // beside the config
+		}
+		l, err := LoadDomainSet(path)
+		if err != nil {
+			c.errf(v.Line, fmt.Sprintf("deny.hosts_files[%d]", j), "%v", err)
+			continue
+		}
+		p.denyLists = append(p.denyLists, l)
 	}
 	for j, s := range d.CIDRs {
 		if pr, ok := c.prefix(s, fmt.Sprintf("deny.cidrs[%d]", j)); ok {

@@ -72,8 +72,9 @@ type rawRule struct {
 }
 
 type rawDeny struct {
-	Hosts []at[string] `yaml:"hosts"`
-	CIDRs []at[string] `yaml:"cidrs"`
+	Hosts      []at[string] `yaml:"hosts"`
+	CIDRs      []at[string] `yaml:"cidrs"`
+	HostsFiles []at[string] `yaml:"hosts_files"`
 }
 
 type rawIdentity struct {

@@ -33,6 +33,7 @@ type Policy struct {
 	denyExact  hostIndex // values unused
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
+	denyLists  []*DomainSet // deny.hosts_files
 }
 
 // Listen holds the listen addresses ("host:port"); empty means off.

@@ -12,6 +12,7 @@ type metrics struct {
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
 	responsesCut    *prometheus.CounterVec
+	shed            prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,10 +36,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		responsesCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_responses_cut_total", Help: "Allowed responses cut short by egressd: a limits.response_* bound, or the client left.",
 		}, []string{"why"}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_connections_shed_total", Help: "Client connections answered 503 fd-limit: too few file descriptors left above the reserve.",
+		}),
 	}
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed)
 	}
 	return m
 }

@@ -59,6 +59,12 @@ type Config struct {
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
 	ReadyExempt func(remote netip.AddrPort) bool
+	// FDReserve is how many file descriptors the proxy leaves to the rest
+	// of egressd (admin endpoint, netlink, audit log, DNS): below it new
+	// clients are shed with 503 fd-limit. 0: 128; negative: no shedding.
+	FDReserve int
+	// FDLimit replaces the soft RLIMIT_NOFILE as the ceiling (tests).
+	FDLimit func() int
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -76,6 +82,7 @@ type Proxy struct {
 	gate   func(*policy.Policy) (string, string)
 	exempt func(netip.AddrPort) bool
 	ids    *tracker
+	fds    *fdGuard
 
 	mu      sync.Mutex
 	self    map[netip.AddrPort]bool
@@ -104,6 +111,16 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	if x.log == nil {
 		x.log = slog.New(slog.DiscardHandler)
+	}
+	x.fds = &fdGuard{limit: fdLimit, count: fdCount, reserve: cfg.FDReserve}
+	switch {
+	case cfg.FDReserve == 0:
+		x.fds.reserve = defaultFDReserve
+	case cfg.FDReserve < 0:
+		x.fds.limit = func() int { return 0 }
+	}
+	if cfg.FDLimit != nil && cfg.FDReserve >= 0 {
+		x.fds.limit = cfg.FDLimit
 	}
 	x.pol.Store(p)
 	x.dialer = &checkedDialer{
@@ -179,7 +196,8 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 		},
 	}
 	x.track(srv)
-	return srv.Serve(&scanListener{Listener: l, headLimit: p.Limits.HeaderBytes})
+	shed := &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc}
+	return srv.Serve(&scanListener{Listener: shed, headLimit: p.Limits.HeaderBytes})
 }
 
 // Shutdown stops accepting, closes open tunnels, and waits for requests.
