@@ -1,11 +1,14 @@
 package policy
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -129,13 +132,16 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		r.Name = fmt.Sprintf("allow-%d", i)
 	}
 	line := firstLine(rr)
-	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 {
+	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 && len(rr.HostsFiles) == 0 {
 		c.errf(line, f, "rule %q names no hosts and no cidrs: it would match nothing", r.Name)
 	}
 	for j, h := range rr.Hosts {
 		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok && !r.Hosts.add(pat) {
 			c.errf(h.Line, fmt.Sprintf("%s.hosts[%d]", f, j), "rule %q holds more than 4 GiB of host names", r.Name)
 		}
+	}
+	for j, v := range rr.HostsFiles {
+		c.hostsFile(r, v, fmt.Sprintf("%s.hosts_files[%d]", f, j))
 	}
 	for j, s := range rr.CIDRs {
 		if pr, ok := c.prefix(s, fmt.Sprintf("%s.cidrs[%d]", f, j)); ok {
@@ -268,6 +274,54 @@ func (c *compiler) hostPattern(v at[string], field string, star bool) (string, b
 	return n, true
 }
 
+// maxListErrors bounds the errors reported for one hosts file.
+const maxListErrors = 20
+
+// hostsFile adds the patterns of an allow rule's hosts file: one per line,
+// as in hosts (exact or "*.example.com"; "*" is not allowed), blank lines
+// and '#' comments skipped. A big allowlist belongs here: read line by
+// line, it costs none of the YAML parse's memory and time (a million
+// names load in about a second). Errors name the file and its line.
+func (c *compiler) hostsFile(r *Rule, v at[string], field string) {
+	path := c.relative(v.V)
+	f, err := os.Open(path)
+	if err != nil {
+		c.errf(v.Line, field, "%v", err)
+		return
+	}
+	defer f.Close()
+	lc := &compiler{file: path}
+	br := bufio.NewReaderSize(f, 1<<20)
+	for n := 1; len(lc.errs) < maxListErrors; n++ {
+		b, err := br.ReadSlice('\n')
+		if s := strings.TrimSpace(string(b)); s != "" && s[0] != '#' {
+			if pat, ok := lc.hostPattern(at[string]{V: s, Line: n}, "hosts", false); ok && !r.Hosts.add(pat) {
+				lc.errf(n, "hosts", "rule %q holds more than 4 GiB of host names", r.Name)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			lc.errf(n, "hosts", "line longer than 1 MiB")
+			break
+		}
+		if err != nil {
+			if err != io.EOF {
+				c.errf(v.Line, field, "read %s: %v", path, err)
+			}
+			break
+		}
+	}
+	c.errs = append(c.errs, lc.errs...)
+}
+
+// relative resolves a file named in the config against the config's
+// directory.
+func (c *compiler) relative(path string) string {
+	if path != "" && !filepath.IsAbs(path) && c.file != "" {
+		return filepath.Join(filepath.Dir(c.file), path)
+	}
+	return path
+}
+
 func trimBadTarget(err error) string {
 	return strings.TrimPrefix(err.Error(), ErrBadTarget.Error()+": ")
 }
@@ -389,11 +443,7 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 		c.errf(1, "deny.hosts", "more than 4 GiB of host names: split the policy")
 	}
 	for j, v := range d.HostsFiles {
-		path := v.V
-		if path != "" && !filepath.IsAbs(path) && c.file != "" {
-			path = filepath.Join(filepath.Dir(c.file), path) // beside the config
-		}
-		l, err := LoadDomainSet(path)
+		l, err := LoadDomainSet(c.relative(v.V))
 		if err != nil {
 			c.errf(v.Line, fmt.Sprintf("deny.hosts_files[%d]", j), "%v", err)
 			continue

@@ -61,6 +61,7 @@ type rawResolver struct {
 type rawRule struct {
 	Name           at[string]   `yaml:"name"`
 	Hosts          []at[string] `yaml:"hosts"`
+	HostsFiles     []at[string] `yaml:"hosts_files"`
 	Ports          []at[string] `yaml:"ports"`
 	CIDRs          []at[string] `yaml:"cidrs"`
 	Pages          []at[string] `yaml:"pages"`
