@@ -105,13 +105,13 @@ type Sink struct {
 	line   []byte
 	now    func() time.Time
 
-	off      int64         // file size after the last complete line (Open)
-	failing  error         // the last write error while writes fail, else nil
-	werrs    uint64        // failed writes, ever
-	lost     int           // records not written since the last good write
-	pending  []pendingMeta // open/recover records waiting for space
-	onChange func(ok bool, err error)
-	changed  bool // the state changed under mu: tell onChange after unlocking
+	off        int64         // file size after the last complete line (Open)
+	failing    error         // the last write error while writes fail, else nil
+	werrs      uint64        // failed writes, ever
+	lost       int           // records not written since the last good write
+	pending    []pendingMeta // open/recover records waiting for space
+	onChange   func(ok bool, err error)
+	reportedOK bool // the state onChange last heard (or OnChange found)
 }
 
 // pendingMeta is a session record that could not be written yet.
@@ -124,11 +124,11 @@ type pendingMeta struct {
 // Use it for writers that cannot be read back; Open resumes files. Close
 // writes the seal but does not close w.
 func NewSink(w io.Writer) (*Sink, error) {
-	s := &Sink{w: w, now: time.Now}
-	if err := s.meta(kindOpen, "previous", "new"); err != nil {
+	s := &Sink{w: w, now: time.Now, reportedOK: true}
+	if err := s.session(kindOpen, "previous", "new"); err != nil {
 		return nil, err
 	}
-	return s, nil
+	return s, nil // failing (see OK) if the open record could not be written yet
 }
 
 // Open opens or creates the audit log at path (mode 0640) for appending and
@@ -146,12 +146,11 @@ func Open(path string) (*Sink, error) {
 		f.Close()
 		return nil, fmt.Errorf("open audit log %s: lock: %w (is another egressd writing it?)", path, err)
 	}
-	s := &Sink{w: f, f: f, now: time.Now}
+	s := &Sink{w: f, f: f, now: time.Now, reportedOK: true}
 	if err := s.resume(path); err != nil {
 		f.Close()
 		return nil, err
 	}
-	s.changed = false // OnChange is not set yet: callers read OK
 	return s, nil
 }
 
@@ -247,10 +246,15 @@ func (s *Sink) flushLocked() error {
 
 // OnChange sets f to be called, outside the sink's lock, each time writes
 // start failing (ok false, with the error) or work again (ok true).
+//
+// The state it hears is the state after a whole write: a small record that
+// fits where the line before did not does not make a failing log look
+// healthy for a moment.
 func (s *Sink) OnChange(f func(ok bool, err error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.onChange = f
+	s.reportedOK = s.failing == nil && s.err == nil
 }
 
 // OK reports whether the last write succeeded; if not, its error.
@@ -273,23 +277,37 @@ func (s *Sink) WriteErrors() uint64 {
 // Retry writes what failing writes left behind (nothing if writes work):
 // call it periodically while OK is false, so that a log with no traffic
 // (refused while failing) still finds out that space returned.
+//
+// While the file system has less than retryFreeBytes free, Retry writes
+// nothing: a few bytes of slack may take a small record but not the next
+// decision, and the log would look healthy for one request.
 func (s *Sink) Retry() error {
 	s.mu.Lock()
 	defer s.unlock()
 	if err := s.usable(); err != nil {
 		return err
 	}
+	if s.failing != nil && s.f != nil {
+		if free, ok := freeBytes(s.f); ok && free < retryFreeBytes {
+			return s.failing
+		}
+	}
 	return s.flushLocked()
 }
 
-// unlock releases mu and tells onChange of a state change made under it.
+// retryFreeBytes is the free space Retry wants before it writes.
+const retryFreeBytes = 64 << 10
+
+// unlock releases mu and tells onChange if the state differs from what
+// it last heard.
 func (s *Sink) unlock() {
-	f, changed := s.onChange, s.changed
+	f := s.onChange
 	ok, err := s.failing == nil && s.err == nil, s.failing
 	if s.err != nil {
 		err = s.err
 	}
-	s.changed = false
+	changed := ok != s.reportedOK
+	s.reportedOK = ok
 	s.mu.Unlock()
 	if changed && f != nil {
 		f(ok, err)
@@ -412,17 +430,11 @@ func (s *Sink) emit(kind string, rest []byte) (Anchor, error) {
 			s.err = fmt.Errorf("%w; the partial line could not be taken back: the chain stops here until a restart", err)
 			err = s.err
 		}
-		if s.failing == nil {
-			s.changed = true
-		}
 		s.failing = err
 		return Anchor{}, err
 	}
 	s.off += int64(len(line))
-	if s.failing != nil {
-		s.failing = nil
-		s.changed = true
-	}
+	s.failing = nil
 	s.seq++
 	s.prev = sha256.Sum256(line[:len(line)-1])
 	return Anchor{Seq: s.seq, Hash: hex.EncodeToString(s.prev[:])}, nil

@@ -57,7 +57,7 @@ func fullDiskChild(t *testing.T) {
 		t.Fatalf("make / private: %v", err)
 	}
 	dir := t.TempDir()
-	if err := syscall.Mount("egressd-fulldisk", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=64k"); err != nil {
+	if err := syscall.Mount("egressd-fulldisk", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=256k"); err != nil {
 		t.Fatalf("mount tmpfs: %v", err)
 	}
 	defer syscall.Unmount(dir, syscall.MNT_DETACH)

@@ -154,3 +154,39 @@ func TestAuditFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditFailingAtStart: egressd starts on a full disk (restart after a
+// stop that could not seal): it runs, refuses what it would allow and says
+// why, until the log can be written.
+func TestAuditFailingAtStart(t *testing.T) {
+	disk := &diskWriter{}
+	disk.full.Store(true)
+	sink, err := audit.NewSink(disk)
+	if err != nil {
+		t.Fatalf("a sink on a full disk: %v", err)
+	}
+	var logs syncBuffer
+	f := startWith(t, func(o *Options) {
+		o.Logger = slog.New(sink.Handler(slog.NewTextHandler(&logs, nil)))
+		o.Audit = sink
+	})
+	if code, reason := f.get(t, f.a); code != 503 || reason != "audit-unavailable" {
+		t.Fatalf("origin a on a full disk at start: %d %q", code, reason)
+	}
+	if code, _ := readyz(t, f); code != 503 {
+		t.Errorf("/readyz: %d", code)
+	}
+	if n := logs.count(`msg="audit log cannot be written`); n != 1 {
+		t.Errorf("%d error lines at start, want 1", n)
+	}
+	disk.full.Store(false)
+	if err := sink.Retry(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := f.get(t, f.a); code != 200 {
+		t.Fatalf("origin a after space returned: %d", code)
+	}
+	if !bytes.HasPrefix(disk.buf.Bytes(), []byte(`{"seq":1,`)) || !bytes.Contains(disk.buf.Bytes(), []byte(`"audit":"open"`)) {
+		t.Errorf("the log does not start with its open record: %.80s", disk.buf.Bytes())
+	}
+}

@@ -122,11 +122,11 @@ func New(opt Options) (*Daemon, error) {
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
 	d.drift = prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_walls_drift_total", Help: "Times the kernel walls differed from the spec (tampering or drift) and were re-applied."})
 	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift)
+	d.pol.Store(p)
+	d.setStatus("starting: waiting for the boot self-test")
 	if opt.Audit != nil {
 		d.watchAudit(opt.Audit, p)
 	}
-	d.pol.Store(p)
-	d.setStatus("starting: waiting for the boot self-test")
 
 	pc := opt.ProxyConfig
 	if pc.UpstreamRoots == nil && p.UpstreamCA != "" {
