@@ -47,7 +47,8 @@ type fixture struct {
 
 func start(t *testing.T) *fixture { t.Helper(); return startWith(t, nil) }
 
-// startWith starts a daemon whose Options mod may change first.
+// startWith starts a daemon whose Options mod may change first; with a
+// mod, no config watcher runs (the test reloads explicitly).
 func startWith(t *testing.T, mod func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{}
@@ -85,7 +86,9 @@ func startWith(t *testing.T, mod func(*Options)) *fixture {
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- f.d.Run(ctx, started) }()
-	go f.d.WatchReload(ctx, f.path)
+	if mod == nil { // tests that change Options reload explicitly: no watcher reloads behind their back
+		go f.d.WatchReload(ctx, f.path)
+	}
 	f.stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { f.stop() })
 	<-started

@@ -63,7 +63,7 @@ func TestRollbackFailureIsNotReady(t *testing.T) {
 // TestReloadChangesSelftestInterval: a reload that shortens
 // selftest.interval makes the scheduled self-test run at the new pace.
 func TestReloadChangesSelftestInterval(t *testing.T) {
-	f := start(t) // default interval: 5m
+	f := startWith(t, func(*Options) {}) // default interval 5m; explicit reloads only
 	f.write(t, config("127.0.0.1:0", port(f.a))+"selftest:\n  interval: 30ms\n")
 	if err := f.d.Reload(context.Background(), "test"); err != nil {
 		t.Fatal(err)
