@@ -38,7 +38,9 @@ type Config struct {
 	// Policy returns the policy in force. It is called once per query, so a
 	// reload (an atomic.Pointer swap) applies from the next query on.
 	Policy func() *policy.Policy
-	// Logger gets one line per query. Nil: logs are discarded.
+	// Logger gets one line per query. Nil: logs are discarded. The caller
+	// names the component (egressd's wiring adds component=dns): this
+	// package adds no key of its own, so none appears twice.
 	Logger *slog.Logger
 	// Dial opens a connection to an upstream resolver; network is "udp" or
 	// "tcp". Nil: a net.Dialer in the caller's network namespace.
@@ -104,12 +106,6 @@ const (
 	resultIgnored     = "ignored"     // a response, not a query: never answered
 )
 
-// Reasons of NXDOMAIN answers for names a rule covers.
-const (
-	reasonWildcardBudget = "wildcard-budget" // a new name past the identity's budget under that wildcard
-	reasonExactOnly      = "exact-only"      // limits.dns_exact_only: only names a rule lists exactly
-)
-
 var allResults = []string{resultAnswered, resultFiltered, resultNoData, resultNXDomain, resultRateLimited,
 	resultServFail, resultFormErr, resultNotImp, resultIgnored}
 
@@ -156,7 +152,6 @@ func New(c Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.log = s.log.With("component", "dnsfilter")
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
@@ -232,6 +227,13 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	s.serve(w, r, p, &e)
 	s.queries.WithLabelValues(e.result).Inc()
+	if e.result == resultNXDomain {
+		// a flood of denials is aggregated per client and name
+		if logIt, skipped := s.limits.denial(e.client, e.qname, time.Now()); logIt {
+			s.logQuery(&e, slog.Int(logSkipped, skipped))
+		}
+		return
+	}
 	s.logQuery(&e)
 }
 
@@ -273,7 +275,7 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 	}
 	switch v, wildcard, first := s.budget.Allow(p, budgetID, name, time.Now()); v {
 	case policy.NameExactOnly:
-		s.deny(w, r, e, reasonExactOnly)
+		s.deny(w, r, e, policy.ReasonExactOnly.String())
 		return
 	case policy.NameOverBudget:
 		s.overBudget.WithLabelValues(identityLabel(e.identity)).Inc()
@@ -283,7 +285,7 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 				slog.Int("budget", p.Limits.DNSWildcardNames))
 		}
 		e.quiet = true // the warning above said it once
-		s.deny(w, r, e, reasonWildcardBudget)
+		s.deny(w, r, e, policy.ReasonWildcardBudget.String())
 		return
 	}
 	if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA {

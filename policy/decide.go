@@ -8,61 +8,6 @@ import (
 	"github.com/egressd/egressd/policy/classify"
 )
 
-// Reason is why a decision came out as it did; its String is the
-// X-Egressd-Deny value and the log's reason field.
-type Reason uint8
-
-const (
-	ReasonAllowed Reason = iota
-	ReasonNoRule
-	ReasonPort
-	ReasonHighRisk
-	ReasonSpecialAddr
-	ReasonBadTarget
-	ReasonMethod
-	ReasonPath
-	ReasonPageType
-	ReasonMirror
-	ReasonHeaderBudget
-	ReasonQueryBudget
-	ReasonBody
-	numReasons
-)
-
-var reasonNames = [numReasons]string{"allowed", "no-rule", "port", "high-risk", "special-address", "bad-target", "method", "path", "page-type", "mirror",
-	"header-budget", "query-budget", "body"}
-
-func (r Reason) String() string {
-	if r < numReasons {
-		return reasonNames[r]
-	}
-	return "unknown"
-}
-
-// reasonHelp is the one-line advice a denied client gets.
-var reasonHelp = [numReasons]string{
-	ReasonNoRule:       "host not in allowlist: add it to allow[] or ask the operator",
-	ReasonPort:         "port not allowed for this host: add it to the rule's ports or ask the operator",
-	ReasonHighRisk:     "high-risk destination (cloud metadata, console or registry upload host): never allowed",
-	ReasonSpecialAddr:  "private, loopback or other special-use address: allowed only by a rule whose cidrs name that block",
-	ReasonBadTarget:    "malformed or ambiguous target: use a plain host name or address",
-	ReasonMethod:       "method not allowed by the rule: add it to the rule's methods or ask the operator",
-	ReasonPath:         "path not allowed by the rule: add it to the rule's paths or ask the operator",
-	ReasonPageType:     "page type not allowed by the rule: add it to the rule's pages or ask the operator",
-	ReasonMirror:       "mirror rules are download-only: publishing, uploads and logins are refused",
-	ReasonHeaderBudget: "request headers over the rule's budget: send fewer or shorter headers, or ask the operator (limits.read_head_bytes)",
-	ReasonQueryBudget:  "query string over the rule's budget: shorten it, or ask the operator (limits.query_bytes)",
-	ReasonBody:         "request body is not what this read-only POST sends: see the rule's read_posts",
-}
-
-// Help returns the advice for a denial reason.
-func (r Reason) Help() string {
-	if r < numReasons {
-		return reasonHelp[r]
-	}
-	return ""
-}
-
 // Decision is the outcome for one target or request. It is a value: the
 // policy never logs and never touches the network.
 type Decision struct {
@@ -216,6 +161,11 @@ func (p *Policy) deniedAddr(a netip.Addr) bool {
 func (p *Policy) HighRiskName(name string) bool {
 	if p.denyExact.has(name) {
 		return true
+	}
+	for _, l := range p.denyLists {
+		if l.Covers(name) {
+			return true
+		}
 	}
 	for s := name; ; {
 		if p.denySuffix.has(s) {

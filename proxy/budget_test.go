@@ -39,7 +39,7 @@ func TestDialNameBudget(t *testing.T) {
 		}
 		_, _, err = x.dial(ctx, p, &d, 443)
 		var de *DenyError
-		if errors.As(err, &de) && de.Reason == "wildcard-budget" {
+		if errors.As(err, &de) && de.Reason == policy.ReasonWildcardBudget {
 			refused++
 		} else if i >= 2 {
 			t.Errorf("name %d past the budget: %v, want a wildcard-budget refusal", i, err)
