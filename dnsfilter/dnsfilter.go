@@ -269,11 +269,7 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		return
 	}
 	e.rule = rule.Name
-	budgetID := e.identity
-	if budgetID == "" {
-		budgetID = addrString(e.client) // no identity: each client address has its own budget
-	}
-	switch v, wildcard, first := s.budget.Allow(p, budgetID, name, time.Now()); v {
+	switch v, wildcard, first := s.budget.Allow(p, p.BudgetKey(e.client), name, time.Now()); v {
 	case policy.NameExactOnly:
 		s.deny(w, r, e, policy.ReasonExactOnly.String())
 		return

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +80,20 @@ func (b *NameBudget) Allow(p *Policy, identity, name string, now time.Time) (v N
 	set[name] = struct{}{}
 	b.total++
 	return NameAllowed, wildcard, false
+}
+
+// BudgetKey is whom a name budget charges for a client at src: the
+// identity its cidrs give, else the address itself. Never the
+// Proxy-Authorization user: a label the client picks would be a fresh
+// budget per request.
+func (p *Policy) BudgetKey(src netip.Addr) string {
+	if id := p.Identity(src, ""); id != "" {
+		return id
+	}
+	if !src.IsValid() {
+		return ""
+	}
+	return src.Unmap().String()
 }
 
 // wildcardFor returns the pattern of the first rule that covers name

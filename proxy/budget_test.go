@@ -52,3 +52,53 @@ func TestDialNameBudget(t *testing.T) {
 		t.Errorf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestNameBudgetIgnoresUserLabels: the Proxy-Authorization user is a label
+// the client picks, so a budget keyed by it was a fresh budget per request:
+// "user:a", "user:b", ... each resolved dns_wildcard_names new names, and
+// <data>.wild.test carried unbounded data to wild.test's name servers.
+// The budget follows the source address (or the identity its cidrs give).
+func TestNameBudgetIgnoresUserLabels(t *testing.T) {
+	const cfg = `
+version: 1
+resolver:
+  upstreams: ["{DNS}"]
+limits:
+  dns_wildcard_names: 2
+allow:
+  - name: wild
+    hosts: ["*.wild.test"]
+    cidrs: [127.0.0.0/8]
+    ports: ["1-65535"]
+    pages: ["*"]
+identities:
+  - name: agent-a
+    user: agent-a
+`
+	names := map[string][]string{}
+	for i := range 6 {
+		names[fmt.Sprintf("n%d.wild.test", i)] = []string{"127.0.0.1"}
+	}
+	h := newHarness(t, cfg, names)
+	allowed := 0
+	for i := range 6 {
+		user := fmt.Sprintf("label-%d", i)
+		if i == 5 {
+			user = "agent-a" // a configured label is no way out either
+		}
+		resp, body := h.do("GET", fmt.Sprintf("http://n%d.wild.test:%s/", i, h.plain.port()), nil,
+			map[string]string{"Proxy-Authorization": "Basic " + basic(user)})
+		if resp == nil {
+			t.Fatalf("request %d: %s", i, body)
+		}
+		switch {
+		case resp.StatusCode == 200:
+			allowed++
+		case resp.Header.Get("X-Egressd-Deny") != policy.ReasonWildcardBudget.String():
+			t.Errorf("request %d: %d %s, want 200 or wildcard-budget", i, resp.StatusCode, resp.Header.Get("X-Egressd-Deny"))
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("%d new names resolved under *.wild.test from one address with changing user labels, want 2 (the budget)", allowed)
+	}
+}

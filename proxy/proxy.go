@@ -263,10 +263,13 @@ func isLocalAddr(a netip.Addr) bool {
 type request struct {
 	start    time.Time
 	identity string
-	target   policy.Target
-	d        policy.Decision
-	method   string
-	path     string
+	// budget is whom the DNS name budget charges (policy.BudgetKey of the
+	// source address): never the user label, which the client picks.
+	budget string
+	target policy.Target
+	d      policy.Decision
+	method string
+	path   string
 	// connect state for an inspected tunnel: inner requests must name the
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
@@ -288,7 +291,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		head, _ = sc.next()
 	}
-	rq := &request{start: start, method: r.Method, identity: x.identify(r), w: w}
+	rq := &request{start: start, method: r.Method, identity: x.identify(r), budget: x.budgetKey(r.RemoteAddr), w: w}
 	if head.bad != "" {
 		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
 		return
@@ -359,6 +362,12 @@ func (x *Proxy) identify(r *http.Request) string {
 		return src.Addr().Unmap().String()
 	}
 	return ""
+}
+
+// budgetKey is policy.BudgetKey of a connection's remote address.
+func (x *Proxy) budgetKey(remote string) string {
+	src, _ := netip.ParseAddrPort(remote)
+	return x.Policy().BudgetKey(src.Addr())
 }
 
 // refuse answers a request that never reached a decision rule (hygiene,

@@ -25,7 +25,7 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	p := x.Policy()
 	var rq *request
 	if tun, ok := ctx.UserData.(*request); ok {
-		rq = &request{start: time.Now(), identity: tun.identity, method: r.Method, tunnel: tun}
+		rq = &request{start: time.Now(), identity: tun.identity, budget: tun.budget, method: r.Method, tunnel: tun}
 		if x.ids.quarantined(rq.identity) {
 			return r, x.deny(r, rq, policy.ReasonQuarantine, "", "identity "+rq.identity+" is quarantined")
 		}

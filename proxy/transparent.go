@@ -85,10 +85,8 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	defer c.Close()
 	rq := &request{start: time.Now(), method: "TLS"}
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-	rq.identity = x.Policy().Identity(src.Addr(), "")
-	if rq.identity == "" {
-		rq.identity = src.Addr().Unmap().String()
-	}
+	rq.identity = x.Policy().BudgetKey(src.Addr())
+	rq.budget = rq.identity
 	ctx := context.Background()
 	if x.ids.quarantined(rq.identity) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonQuarantine, "", 0, 0)
