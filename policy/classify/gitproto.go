@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 )
@@ -79,19 +80,9 @@ var v0Capabilities = map[string]bool{
 // v0/v1 want/have/done, v2 command=..., capabilities and arguments; git
 // gzips bodies over 1 KiB.
 func checkUploadPackBody(body []byte) (bool, string) {
-	if len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err != nil {
-			return false, "git-upload-pack body: bad gzip"
-		}
-		plain, err := io.ReadAll(io.LimitReader(zr, uploadPackInflatedCap+1))
-		if err != nil {
-			return false, "git-upload-pack body: bad gzip"
-		}
-		if len(plain) > uploadPackInflatedCap {
-			return false, "git-upload-pack body: inflated body over cap"
-		}
-		body = plain
+	body, why := inflated(body)
+	if why != "" {
+		return false, "git-upload-pack body: " + why
 	}
 	if len(body) == 0 {
 		return false, "git-upload-pack body: empty"
@@ -134,6 +125,40 @@ func checkUploadPackBody(body []byte) (bool, string) {
 	}
 	return true, ""
 }
+
+// inflated returns a gzip body inflated (at most uploadPackInflatedCap
+// bytes), any other body as it is, or why it cannot.
+func inflated(body []byte) ([]byte, string) {
+	if !isGzip(body) {
+		return body, ""
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, "bad gzip"
+	}
+	plain, err := io.ReadAll(io.LimitReader(zr, uploadPackInflatedCap+1))
+	if err != nil {
+		return nil, "bad gzip"
+	}
+	if len(plain) > uploadPackInflatedCap {
+		return nil, "inflated body over cap"
+	}
+	return plain, ""
+}
+
+// CheckedBody returns a body a check passed in the form the check read
+// it: a gzip body inflated (gzipped reports that it was). Forward this,
+// not the body as sent: a gzip header's name, comment and extra fields and
+// the choices of a deflate encoding are bytes no check reads.
+func CheckedBody(body []byte) (plain []byte, gzipped bool, err error) {
+	plain, why := inflated(body)
+	if why != "" {
+		return nil, false, fmt.Errorf("request body: %s", why)
+	}
+	return plain, isGzip(body), nil
+}
+
+func isGzip(body []byte) bool { return len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b }
 
 // pktKinds indexes uploadPackCaps for counting without a map per request.
 var pktKinds, pktKindIndex = func() ([]string, map[string]int) {
