@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -114,6 +115,10 @@ func checkUploadPackBody(body []byte) (bool, string) {
 		if !ok {
 			return false, "git-upload-pack body: unexpected line"
 		}
+		if kind == wantKind && counts[kind] > 0 && bytes.Count(line, []byte(" ")) > 1 {
+			// git sends capabilities after the first want only
+			return false, "git-upload-pack body: capabilities after a later want"
+		}
 		c := uploadPackCaps[pktKinds[kind]]
 		counts[kind]++
 		if len(line) > c.size {
@@ -173,6 +178,8 @@ var pktKinds, pktKindIndex = func() ([]string, map[string]int) {
 	return kinds, idx
 }()
 
+var wantKind = pktKindIndex["want"]
+
 // uploadPackLine returns the kind of a valid line.
 func uploadPackLine(line []byte) (int, bool) {
 	kw, arg, hasArg := bytes.Cut(line, []byte(" "))
@@ -226,15 +233,20 @@ func uploadPackLine(line []byte) (int, bool) {
 var csAgent = mkCharset("A-Za-z0-9._/+:-")
 
 // v0CapList checks the capabilities after the first want: known words and
-// agent=, object-format=, session-id= with short values.
+// agent=, object-format=, session-id= with short values, each once.
 func v0CapList(caps []byte) bool {
 	n := 0
+	var seen [32]string
 	for cp := range bytes.SplitSeq(caps, []byte(" ")) {
-		n++
-		if n > 32 {
+		if n == len(seen) {
 			return false
 		}
 		k, v, hasV := strings.Cut(string(cp), "=")
+		if slices.Contains(seen[:n], k) {
+			return false // each capability once
+		}
+		seen[n] = k
+		n++
 		switch {
 		case !hasV && v0Capabilities[k]:
 		case hasV && (k == "agent" || k == "session-id") && csAgent.span(v, 64):

@@ -45,6 +45,11 @@ func TestUploadPackCaps(t *testing.T) {
 		{"filter free text", pkt("command=fetch", "0001", "want "+oid, "filter blob:none:"+blob[:40], "done", "0000"), false},
 		{"v2 fetch", pkt("command=fetch", "agent=git/2.39.5", "object-format=sha1", "0001", "thin-pack", "ofs-delta", "want "+oid, "have "+oid, "filter blob:limit=1m", "done", "0000"), true},
 		{"v2 ls-refs", pkt("command=ls-refs", "agent=git/2.39.5", "0001", "peel", "symrefs", "unborn", "ref-prefix HEAD", "ref-prefix refs/heads/", "ref-prefix refs/tags/", "0000"), true},
+		// Capabilities ride on the first v0 want only, each once: on every
+		// want line, agent= values made the whole body free text.
+		{"caps on every want", pkt("want "+oid+" agent=git/"+blob[:60], "want "+oid+" agent=git/"+blob[60:120], "want "+oid+" agent=git/"+blob[120:180], "0000", "done"), false},
+		{"one agent cap repeated", pkt("want "+oid+" agent=a"+blob[:60]+" agent=b"+blob[60:120]+" session-id="+blob[120:180]+" session-id="+blob[180:240], "0000", "done"), false},
+		{"two wants, caps on the first", pkt("want "+oid+" ofs-delta agent=git/2.39.5", "want "+oid, "0000", "done"), true},
 		{"v0 want with caps", pkt("want "+oid+" multi_ack_detailed no-done side-band-64k thin-pack ofs-delta deepen-since deepen-not agent=git/2.39.5", "0000", "have "+oid, "done"), true},
 	}
 	for _, c := range cases {
