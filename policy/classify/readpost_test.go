@@ -37,6 +37,11 @@ func TestCheckReadPostBody(t *testing.T) {
 		{"readpost:jira-search", `{"jql":"x","jql":"y"}`, false},
 		{"readpost:jira-search", `{"jql":"x"} trailing`, false},
 		{"readpost:jira-search", `{"fields":["summary","` + long[:100] + `"]}`, false},
+		// Paging numbers are integers of at most 10 digits: a number of
+		// thousands of digits (or a fraction, an exponent) carried data.
+		{"readpost:jira-search", `{"jql":"x","startAt":` + strings.Repeat("7", 5000) + `}`, false},
+		{"readpost:jira-search", `{"jql":"x","maxResults":0.31415926535897932384626433832795028841971e-99}`, false},
+		{"readpost:jira-search", `{"jql":"x","reconcileIssues":[10001,10002],"startAt":100,"maxResults":1000}`, true},
 		{"readpost:hf-paths-info", `paths=config.json&paths=model.safetensors&expand=true`, true},
 		{"readpost:hf-paths-info", `paths=config.json&data=` + long, false},
 		{"readpost:hf-paths-info", ``, false},
