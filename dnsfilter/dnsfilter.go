@@ -269,7 +269,7 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		return
 	}
 	e.rule = rule.Name
-	switch v, wildcard, first := s.budget.Allow(p, p.BudgetKey(e.client), name, time.Now()); v {
+	switch v, wildcard, first := s.budget.Allow(p, p.SourceIdentity(e.client), name, time.Now()); v {
 	case policy.NameExactOnly:
 		s.deny(w, r, e, policy.ReasonExactOnly.String())
 		return

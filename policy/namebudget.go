@@ -82,11 +82,12 @@ func (b *NameBudget) Allow(p *Policy, identity, name string, now time.Time) (v N
 	return NameAllowed, wildcard, false
 }
 
-// BudgetKey is whom a name budget charges for a client at src: the
-// identity its cidrs give, else the address itself. Never the
-// Proxy-Authorization user: a label the client picks would be a fresh
-// budget per request.
-func (p *Policy) BudgetKey(src netip.Addr) string {
+// SourceIdentity is the identity of a client at src that the client
+// cannot choose: the one its cidrs give, else the address itself. Never
+// the Proxy-Authorization user, a label the client picks: the name budget
+// charges this one (a label would be a fresh budget per request), and a
+// quarantine of it holds whatever label the client sends.
+func (p *Policy) SourceIdentity(src netip.Addr) string {
 	if id := p.Identity(src, ""); id != "" {
 		return id
 	}

@@ -82,9 +82,9 @@ func (x *Proxy) holdTunnel(r *http.Request, rq *request, takeSlot bool) bool {
 		release, rq.release = rq.release, nil
 	}
 	x.m.tunnels.Inc()
-	x.ids.addTunnel(rq.identity, sc)
+	x.ids.addTunnel(sc, rq.ids()...)
 	sc.setOnClose(func() {
-		x.ids.removeTunnel(rq.identity, sc)
+		x.ids.removeTunnel(sc, rq.ids()...)
 		x.m.tunnels.Dec()
 		release()
 	})

@@ -147,7 +147,7 @@ func reasonFor(err error) policy.Reason {
 func (x *checkedDialer) checkNameBudget(ctx context.Context, p *policy.Policy, d *policy.Decision) error {
 	id := ""
 	if rq, ok := ctx.Value(keyDecision).(*request); ok {
-		id = rq.budget
+		id = rq.src
 	}
 	v, wildcard, first := x.budget.Allow(p, id, d.Host, time.Now())
 	switch v {

@@ -263,9 +263,10 @@ func isLocalAddr(a netip.Addr) bool {
 type request struct {
 	start    time.Time
 	identity string
-	// budget is whom the DNS name budget charges (policy.BudgetKey of the
-	// source address): never the user label, which the client picks.
-	budget string
+	// src is the identity the source address gives
+	// (policy.SourceIdentity), which the user label cannot change: the
+	// DNS name budget charges it and a quarantine of it holds.
+	src    string
 	target policy.Target
 	d      policy.Decision
 	method string
@@ -291,7 +292,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		head, _ = sc.next()
 	}
-	rq := &request{start: start, method: r.Method, identity: x.identify(r), budget: x.budgetKey(r.RemoteAddr), w: w}
+	rq := &request{start: start, method: r.Method, identity: x.identify(r), src: x.sourceIdentity(r.RemoteAddr), w: w}
 	if head.bad != "" {
 		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
 		return
@@ -301,7 +302,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.refuse(w, r, rq, policy.ReasonHostMismatch, fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
 		return
 	}
-	if x.ids.quarantined(rq.identity) {
+	if x.ids.quarantined(rq.ids()...) {
 		x.refuse(w, r, rq, policy.ReasonQuarantine, "identity "+rq.identity+" is quarantined")
 		return
 	}
@@ -364,10 +365,19 @@ func (x *Proxy) identify(r *http.Request) string {
 	return ""
 }
 
-// budgetKey is policy.BudgetKey of a connection's remote address.
-func (x *Proxy) budgetKey(remote string) string {
+// sourceIdentity is policy.SourceIdentity of a connection's remote address.
+func (x *Proxy) sourceIdentity(remote string) string {
 	src, _ := netip.ParseAddrPort(remote)
-	return x.Policy().BudgetKey(src.Addr())
+	return x.Policy().SourceIdentity(src.Addr())
+}
+
+// ids are the identities a quarantine of either applies to: the one the
+// request named and the one its source address gives.
+func (rq *request) ids() []string {
+	if rq.src == "" || rq.src == rq.identity {
+		return []string{rq.identity}
+	}
+	return []string{rq.identity, rq.src}
 }
 
 // refuse answers a request that never reached a decision rule (hygiene,

@@ -25,8 +25,8 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	p := x.Policy()
 	var rq *request
 	if tun, ok := ctx.UserData.(*request); ok {
-		rq = &request{start: time.Now(), identity: tun.identity, budget: tun.budget, method: r.Method, tunnel: tun}
-		if x.ids.quarantined(rq.identity) {
+		rq = &request{start: time.Now(), identity: tun.identity, src: tun.src, method: r.Method, tunnel: tun}
+		if x.ids.quarantined(rq.ids()...) {
 			return r, x.deny(r, rq, policy.ReasonQuarantine, "", "identity "+rq.identity+" is quarantined")
 		}
 		t, err := innerTarget(tun, r)

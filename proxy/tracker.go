@@ -38,32 +38,43 @@ func (t *tracker) acquire(id string, limit int) (release func(), ok bool) {
 	}, true
 }
 
-func (t *tracker) addTunnel(id string, c net.Conn) {
+// addTunnel remembers c under each of ids, so quarantining any closes it.
+func (t *tracker) addTunnel(c net.Conn, ids ...string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := t.tunnels[id]
-	if m == nil {
-		m = map[net.Conn]struct{}{}
-		t.tunnels[id] = m
+	for _, id := range ids {
+		m := t.tunnels[id]
+		if m == nil {
+			m = map[net.Conn]struct{}{}
+			t.tunnels[id] = m
+		}
+		m[c] = struct{}{}
 	}
-	m[c] = struct{}{}
 }
 
-func (t *tracker) removeTunnel(id string, c net.Conn) {
+func (t *tracker) removeTunnel(c net.Conn, ids ...string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if m := t.tunnels[id]; m != nil {
-		delete(m, c)
-		if len(m) == 0 {
-			delete(t.tunnels, id)
+	for _, id := range ids {
+		if m := t.tunnels[id]; m != nil {
+			delete(m, c)
+			if len(m) == 0 {
+				delete(t.tunnels, id)
+			}
 		}
 	}
 }
 
-func (t *tracker) quarantined(id string) bool {
+// quarantined reports whether any of ids is quarantined.
+func (t *tracker) quarantined(ids ...string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.quar[id]
+	for _, id := range ids {
+		if t.quar[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // quarantine denies everything for id from now on and closes its open

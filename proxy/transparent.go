@@ -85,10 +85,10 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	defer c.Close()
 	rq := &request{start: time.Now(), method: "TLS"}
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-	rq.identity = x.Policy().BudgetKey(src.Addr())
-	rq.budget = rq.identity
+	rq.identity = x.Policy().SourceIdentity(src.Addr())
+	rq.src = rq.identity
 	ctx := context.Background()
-	if x.ids.quarantined(rq.identity) {
+	if x.ids.quarantined(rq.ids()...) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonQuarantine, "", 0, 0)
 		return
 	}
@@ -125,9 +125,9 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}
-	x.ids.addTunnel(rq.identity, c)
+	x.ids.addTunnel(c, rq.ids()...)
 	x.m.tunnels.Inc()
-	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec() }()
+	defer func() { x.ids.removeTunnel(c, rq.ids()...); x.m.tunnels.Dec() }()
 	if !rq.d.Inspect {
 		ctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
 		up, _, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
