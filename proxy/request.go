@@ -151,7 +151,7 @@ func (x *Proxy) checkShape(r *http.Request, rq *request, p *policy.Policy) *http
 	if ok, why := p.CheckBody(&rq.d, &rq.target, r.Method, r.Header.Get("Content-Type"), body); !ok {
 		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), why)
 	}
-	body, gzipped, err := policy.CheckedBody(body)
+	body, gzipped, err := policy.CheckedBody(r.Header.Get("Content-Type"), body)
 	if err != nil {
 		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), err.Error())
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -151,16 +152,42 @@ func inflated(body []byte) ([]byte, string) {
 	return plain, ""
 }
 
-// CheckedBody returns a body a check passed in the form the check read
-// it: a gzip body inflated (gzipped reports that it was). Forward this,
-// not the body as sent: a gzip header's name, comment and extra fields and
-// the choices of a deflate encoding are bytes no check reads.
-func CheckedBody(body []byte) (plain []byte, gzipped bool, err error) {
+// CheckedBody returns a body a check passed in the one spelling of what
+// the check read: a gzip body inflated (gzipped reports that it was), a
+// JSON body re-encoded compact (keys sorted, strings without needless
+// escapes). Forward this, not the body as sent: a gzip header's name,
+// comment and extra fields, a deflate encoding's choices, and JSON's
+// whitespace and \u escapes are bytes no check reads.
+func CheckedBody(contentType string, body []byte) (plain []byte, gzipped bool, err error) {
 	plain, why := inflated(body)
 	if why != "" {
 		return nil, false, fmt.Errorf("request body: %s", why)
 	}
+	if strings.HasSuffix(strings.ToLower(mediaType(contentType)), "json") {
+		if plain, err = canonicalJSON(plain); err != nil {
+			return nil, false, fmt.Errorf("request body: %w", err)
+		}
+	}
 	return plain, isGzip(body), nil
+}
+
+func canonicalJSON(body []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after JSON")
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
 
 func isGzip(body []byte) bool { return len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b }
