@@ -306,7 +306,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.refuse(w, r, rq, policy.ReasonQuarantine, "identity "+rq.identity+" is quarantined")
 		return
 	}
-	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
+	release, ok := x.ids.acquire(x.Policy().Limits.ConnsPerIdentity, rq.ids()...)
 	if !ok {
 		x.refuse(w, r, rq, policy.ReasonConnLimit, "too many concurrent connections for identity "+orNone(rq.identity))
 		return

@@ -18,20 +18,28 @@ func newTracker() *tracker {
 	return &tracker{open: map[string]int{}, tunnels: map[string]map[net.Conn]struct{}{}, quar: map[string]bool{}}
 }
 
-// acquire takes a connection slot for id; limit <= 0 means no limit.
-func (t *tracker) acquire(id string, limit int) (release func(), ok bool) {
+// acquire takes a connection slot for each of ids (the identity named
+// and the one the source address gives), or none when one is full; limit
+// <= 0 means no limit.
+func (t *tracker) acquire(limit int, ids ...string) (release func(), ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if limit > 0 && t.open[id] >= limit {
-		return nil, false
+	for _, id := range ids {
+		if limit > 0 && t.open[id] >= limit {
+			return nil, false
+		}
 	}
-	t.open[id]++
+	for _, id := range ids {
+		t.open[id]++
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			t.mu.Lock()
-			if t.open[id]--; t.open[id] <= 0 {
-				delete(t.open, id)
+			for _, id := range ids {
+				if t.open[id]--; t.open[id] <= 0 {
+					delete(t.open, id)
+				}
 			}
 			t.mu.Unlock()
 		})

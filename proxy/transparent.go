@@ -92,7 +92,7 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonQuarantine, "", 0, 0)
 		return
 	}
-	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
+	release, ok := x.ids.acquire(x.Policy().Limits.ConnsPerIdentity, rq.ids()...)
 	if !ok {
 		x.logDecisionReason(ctx, rq, http.StatusTooManyRequests, policy.ReasonConnLimit, "", 0, 0)
 		return
