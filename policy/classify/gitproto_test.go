@@ -188,6 +188,14 @@ func FuzzLFSBatch(f *testing.F) {
 				t.Fatalf("accepted transfer of %d bytes", len(tr))
 			}
 		}
+		// what is forwarded passes the same check
+		fwd, _, err := CheckedBody(lfsType, body)
+		if err != nil {
+			t.Fatalf("accepted body cannot be forwarded: %v", err)
+		}
+		if ok, why := checkLFSBatch(fwd); !ok {
+			t.Fatalf("forwarded spelling %q of accepted %q fails the check: %s", fwd, body, why)
+		}
 	})
 }
 

@@ -57,3 +57,31 @@ func TestCheckReadPostBody(t *testing.T) {
 		}
 	}
 }
+
+// FuzzReadPostBody: a body a read-only POST check accepts stays within its
+// cap, and the body forwarded (CheckedBody's one spelling) passes the same
+// check: the server never gets bytes the check did not accept.
+func FuzzReadPostBody(f *testing.F) {
+	f.Add("readpost:jira-search", []byte(`{"jql":"project = ABC","startAt":0,"maxResults":50,"fields":["summary"]}`))
+	f.Add("readpost:jira-search", []byte(`{ "jql" : "a\u0041\ud83d\ude00" }`))
+	f.Add("readpost:hf-paths-info", []byte(`paths=config.json&paths=model.safetensors&expand=true`))
+	f.Fuzz(func(t *testing.T, signal string, body []byte) {
+		e := readPostBySignal(signal)
+		if e == nil {
+			return
+		}
+		if ok, _ := CheckReadPostBody(signal, body); !ok {
+			return
+		}
+		if int64(len(body)) > e.MaxBody {
+			t.Fatalf("accepted %d bytes over the cap %d", len(body), e.MaxBody)
+		}
+		fwd, _, err := CheckedBody(e.ContentType, body)
+		if err != nil {
+			t.Fatalf("accepted body cannot be forwarded: %v", err)
+		}
+		if ok, why := CheckReadPostBody(signal, fwd); !ok {
+			t.Fatalf("forwarded spelling %q of accepted %q fails the check: %s", fwd, body, why)
+		}
+	})
+}
