@@ -22,7 +22,7 @@ func TestDialNameBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	x := &checkedDialer{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	x := &checkedDialer{log: slog.New(slog.NewTextHandler(&logs, nil)), budget: new(policy.NameBudget)}
 	// An upstream that answers nothing (the discard port on loopback): a
 	// lookup within budget fails as a lookup, not as a refusal.
 	x.cur.Store(&dialSettings{res: &Resolver{Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9")}, Timeout: 50 * time.Millisecond}, timeout: time.Second})

@@ -45,7 +45,7 @@ type checkedDialer struct {
 	// budget bounds the new names under wildcard rules each identity makes
 	// the resolver ask for; log gets its one warning per identity and
 	// wildcard when spent.
-	budget policy.NameBudget
+	budget *policy.NameBudget
 	log    *slog.Logger
 }
 

@@ -66,6 +66,10 @@ type Config struct {
 	FDReserve int
 	// FDLimit replaces the soft RLIMIT_NOFILE as the ceiling (tests).
 	FDLimit func() int
+	// NameBudget counts the distinct names each identity resolves under
+	// wildcard rules; share it with the DNS filter (egressd's wiring does).
+	// Nil: the proxy's own.
+	NameBudget *policy.NameBudget
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -129,6 +133,10 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		self:         x.isSelf,
 		control:      cfg.Control,
 		log:          x.log,
+		budget:       cfg.NameBudget,
+	}
+	if x.dialer.budget == nil {
+		x.dialer.budget = new(policy.NameBudget)
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
