@@ -116,7 +116,7 @@ func New(opt Options) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1)}
-	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back, rollback-failed)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
@@ -173,17 +173,17 @@ const notVerified = "egressd is not ready: the policy that decided this request 
 
 // gate is the proxy's Gate: it lets an allowed request through only if the
 // policy that decided it is the verified one and the walls are sealed.
-func (d *Daemon) gate(p *policy.Policy) (reason, detail string) {
+func (d *Daemon) gate(p *policy.Policy) (reason policy.Reason, detail string) {
 	if !d.ready.Load() {
-		return "not-ready", "egressd is not ready: " + *d.status.Load()
+		return policy.ReasonNotReady, "egressd is not ready: " + *d.status.Load()
 	}
 	if d.verified.Load() != p {
-		return "not-ready", notVerified
+		return policy.ReasonNotReady, notVerified
 	}
 	if refuse, note := d.auditState(p); refuse {
-		return "audit-unavailable", "egressd cannot write its audit log, and what it cannot record it does not let through: " + note
+		return policy.ReasonAuditUnavailable, policy.ReasonAuditUnavailable.Help() + ": " + note
 	}
-	return "", ""
+	return policy.ReasonAllowed, ""
 }
 
 // watchAudit registers the audit metrics and logs each change of the
@@ -293,12 +293,14 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- d.admin.Serve(al) }()
 	}
-	d.log.Info("serving", "proxy", d.proxyAddr, "dns", d.dnsAddr, "admin", d.adminAddr, "config", p.Source, "rules", len(p.Rules))
 	if d.opt.Walls != nil {
 		if err := d.opt.Walls(ctx, p); err != nil {
 			return fmt.Errorf("apply walls: %w", err)
 		}
 	}
+	// "serving" is a readiness signal (tests and supervisors wait for it):
+	// every listener is bound and the walls, if managed, are in place.
+	d.log.Info("serving", "proxy", d.proxyAddr, "dns", d.dnsAddr, "admin", d.adminAddr, "config", p.Source, "rules", len(p.Rules))
 	if started != nil {
 		close(started)
 	}
@@ -382,10 +384,15 @@ func (d *Daemon) boot(ctx context.Context) {
 		d.setStatus(noSelftestWarning)
 		d.verified.Store(d.Policy())
 		d.ready.Store(true)
-		return
+	} else {
+		p := d.Policy()
+		d.setReadiness(p, d.verify(ctx, "boot", p))
 	}
-	p := d.Policy()
-	d.setReadiness(p, d.verify(ctx, "boot", p))
+	// "ready" is the readiness signal tests and supervisors wait for: from
+	// here the proxy lets allowed traffic through.
+	if ok, why := d.Ready(); ok {
+		d.log.Info("ready", "status", why)
+	}
 }
 
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {
@@ -489,7 +496,7 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 	// that next allowed through until next is the verified policy: no
 	// separate readiness flag, so no window between swap and gate.
 	if err := d.apply(ctx, next); err != nil {
-		return d.rollback(ctx, why, old, wasStatus, fmt.Errorf("applying the walls: %w", err))
+		return d.rollback(ctx, why, old, wasStatus, "reload rolled back: applying the walls failed", fmt.Errorf("applying the walls: %w", err))
 	}
 	if testHookSwapped != nil {
 		testHookSwapped()
@@ -497,7 +504,7 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 	if !d.opt.NoSelftest {
 		v := d.verify(ctx, "reload", next)
 		if !v.Sealed || v.Err != nil {
-			return d.rollback(ctx, why, old, wasStatus, fmt.Errorf("self-test: leaks %v, err %v", v.Leaks, v.Err))
+			return d.rollback(ctx, why, old, wasStatus, "reload rolled back: the new policy leaks", fmt.Errorf("self-test: leaks %v, err %v", v.Leaks, v.Err), "leaks", v.Leaks)
 		}
 		d.setReadiness(next, v)
 	}
@@ -515,7 +522,7 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 // rollback restores old after a failed reload. If the walls cannot be
 // restored either, their state is unknown: egressd stops letting anything
 // through until a self-test (scheduled, or the next reload's) passes.
-func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, wasStatus string, cause error) error {
+func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, wasStatus, msg string, cause error, attrs ...any) error {
 	if d.opt.NoSelftest {
 		d.verified.Store(old)
 	}
@@ -528,7 +535,7 @@ func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, w
 	}
 	d.setStatus(wasStatus)
 	d.reloads.WithLabelValues("rolled-back").Inc()
-	d.log.Error("reload rolled back: the old policy stays in force", "trigger", why, "err", cause)
+	d.log.Error(msg+"; the old policy stays in force", append([]any{"trigger", why, "err", cause}, attrs...)...)
 	return fmt.Errorf("reload rolled back: %w", cause)
 }
 

@@ -38,7 +38,9 @@ type Config struct {
 	// Policy returns the policy in force. It is called once per query, so a
 	// reload (an atomic.Pointer swap) applies from the next query on.
 	Policy func() *policy.Policy
-	// Logger gets one line per query. Nil: logs are discarded.
+	// Logger gets one line per query. Nil: logs are discarded. The caller
+	// names the component (egressd's wiring adds component=dns): this
+	// package adds no key of its own, so none appears twice.
 	Logger *slog.Logger
 	// Dial opens a connection to an upstream resolver; network is "udp" or
 	// "tcp". Nil: a net.Dialer in the caller's network namespace.
@@ -142,7 +144,6 @@ func New(c Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.log = s.log.With("component", "dnsfilter")
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}

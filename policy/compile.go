@@ -65,6 +65,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 		Transparent:     c.hostPort(raw.Listen.Transparent, "listen.transparent", ""),
 		TransparentHTTP: c.hostPort(raw.Listen.TransparentHTTP, "listen.transparent_http", ""),
 	}
+	c.distinctListeners(p.Listen, &raw.Listen)
 	for i, u := range raw.Resolver.Upstreams {
 		if ap, ok := c.addrPort(u, fmt.Sprintf("resolver.upstreams[%d]", i), 53); ok {
 			p.Resolver.Upstreams = append(p.Resolver.Upstreams, ap)
@@ -112,6 +113,39 @@ func (c *compiler) hostPort(v at[string], field, def string) string {
 	}
 	return v.V
 }
+
+// distinctListeners refuses two listen addresses that would bind the same
+// TCP port (every listener has a TCP socket: dns serves TCP too).
+func (c *compiler) distinctListeners(l Listen, raw *rawListen) {
+	type listener struct {
+		addr  string // with the default applied
+		line  int    // 0: the default
+		field string
+	}
+	var seen []listener
+	for _, cur := range []listener{{l.Proxy, raw.Proxy.Line, "listen.proxy"}, {l.DNS, raw.DNS.Line, "listen.dns"},
+		{l.Admin, raw.Admin.Line, "listen.admin"}, {l.Transparent, raw.Transparent.Line, "listen.transparent"},
+		{l.TransparentHTTP, raw.TransparentHTTP.Line, "listen.transparent_http"}} {
+		h, port, err := net.SplitHostPort(cur.addr)
+		if err != nil || port == "0" { // unset, or reported by hostPort; 0 picks a free port
+			continue
+		}
+		for _, prev := range seen {
+			ph, pport, _ := net.SplitHostPort(prev.addr)
+			if pport == port && (ph == h || isWildcard(ph) || isWildcard(h)) {
+				this, other := cur, prev
+				if this.line == 0 { // name the line the user wrote
+					this, other = prev, cur
+				}
+				c.errf(this.line, this.field, "%q: %s (%q) listens there too: give each listener its own address", this.addr, other.field, other.addr)
+			}
+		}
+		seen = append(seen, cur)
+	}
+}
+
+// isWildcard reports whether a listen host binds every address.
+func isWildcard(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 
 func (c *compiler) addrPort(v at[string], field string, defPort uint16) (netip.AddrPort, bool) {
 	if a, err := netip.ParseAddr(v.V); err == nil && defPort != 0 {
@@ -249,6 +283,10 @@ func (c *compiler) hostPattern(v at[string], field string, star bool) (string, b
 		}
 		return s, true
 	}
+	if hint := hostHint(s); hint != "" {
+		c.errf(v.Line, field, "%q: %s", s, hint)
+		return "", false
+	}
 	wild := strings.HasPrefix(s, "*.")
 	name := strings.TrimPrefix(s, "*.")
 	if strings.Contains(name, "*") {
@@ -320,6 +358,27 @@ func (c *compiler) relative(path string) string {
 		return filepath.Join(filepath.Dir(c.file), path)
 	}
 	return path
+}
+
+// hostHint explains a hosts entry written as a URL or with a port, the
+// two ways people write a host that is not one; "" for anything else.
+func hostHint(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Host != "" {
+		hint := fmt.Sprintf("hosts take a host name, not a URL: write %q", u.Hostname())
+		if u.Port() != "" {
+			hint += fmt.Sprintf(" with ports: [%s]", u.Port())
+		}
+		if p := strings.TrimSuffix(u.Path, "/"); p != "" {
+			hint += fmt.Sprintf(", and paths: [%q] to limit the path", p+"/*")
+		}
+		return hint
+	}
+	if h, port, err := net.SplitHostPort(s); err == nil && h != "" {
+		if _, err := strconv.ParseUint(port, 10, 16); err == nil {
+			return fmt.Sprintf("hosts take no port: write %q and ports: [%s]", h, port)
+		}
+	}
+	return ""
 }
 
 func trimBadTarget(err error) string {

@@ -5,54 +5,6 @@ import (
 	"strings"
 )
 
-// Reason is why a decision came out as it did; its String is the
-// X-Egressd-Deny value and the log's reason field.
-type Reason uint8
-
-const (
-	ReasonAllowed Reason = iota
-	ReasonNoRule
-	ReasonPort
-	ReasonHighRisk
-	ReasonSpecialAddr
-	ReasonBadTarget
-	ReasonMethod
-	ReasonPath
-	ReasonPageType
-	ReasonMirror
-	numReasons
-)
-
-var reasonNames = [numReasons]string{"allowed", "no-rule", "port", "high-risk", "special-address", "bad-target", "method", "path", "page-type", "mirror"}
-
-func (r Reason) String() string {
-	if r < numReasons {
-		return reasonNames[r]
-	}
-	return "unknown"
-}
-
-// reasonHelp is the one-line advice a denied client gets.
-var reasonHelp = [numReasons]string{
-	ReasonNoRule:      "host not in allowlist: add it to allow[] or ask the operator",
-	ReasonPort:        "port not allowed for this host: add it to the rule's ports or ask the operator",
-	ReasonHighRisk:    "high-risk destination (cloud metadata, console or registry upload host): never allowed",
-	ReasonSpecialAddr: "private, loopback or other special-use address: allowed only by a rule whose cidrs name that block",
-	ReasonBadTarget:   "malformed or ambiguous target: use a plain host name or address",
-	ReasonMethod:      "method not allowed by the rule: add it to the rule's methods or ask the operator",
-	ReasonPath:        "path not allowed by the rule: add it to the rule's paths or ask the operator",
-	ReasonPageType:    "page type not allowed by the rule: add it to the rule's pages or ask the operator",
-	ReasonMirror:      "mirror rules are download-only: publishing, uploads and logins are refused",
-}
-
-// Help returns the advice for a denial reason.
-func (r Reason) Help() string {
-	if r < numReasons {
-		return reasonHelp[r]
-	}
-	return ""
-}
-
 // Decision is the outcome for one target or request. It is a value: the
 // policy never logs and never touches the network.
 type Decision struct {

@@ -17,7 +17,7 @@ import (
 // failed the address check (or one was high-risk). The client gets a 403,
 // not a 5xx: this is policy, not an outage.
 type DenyError struct {
-	Reason   string // X-Egressd-Deny value
+	Reason   policy.Reason
 	Detail   string
 	HighRisk bool
 	Addr     netip.Addr // the address that was refused
@@ -26,9 +26,6 @@ type DenyError struct {
 func (e *DenyError) Error() string {
 	return fmt.Sprintf("dial refused: %s: %s", e.Reason, e.Detail)
 }
-
-// reasonProxyLoop is the deny reason for a target that is egressd itself.
-const reasonProxyLoop = "proxy-loop"
 
 // checkedDialer resolves a decided target, checks every answer against the
 // policy, and connects to a checked address itself, so the address checked
@@ -81,14 +78,14 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 			// A name that resolves to a metadata address is an attack
 			// (rebinding) or a trap: refuse the whole target, not just
 			// that answer.
-			return nil, netip.AddrPort{}, &DenyError{Reason: policy.ReasonHighRisk.String(), Detail: fmt.Sprintf("%s resolved to %s (high-risk)", d.Host, a), HighRisk: true, Addr: a}
+			return nil, netip.AddrPort{}, &DenyError{Reason: policy.ReasonHighRisk, Detail: fmt.Sprintf("%s resolved to %s (high-risk)", d.Host, a), HighRisk: true, Addr: a}
 		case !ok:
 			if refused == nil {
-				refused = &DenyError{Reason: policy.ReasonSpecialAddr.String(), Detail: fmt.Sprintf("%s resolved to %s (%s)", d.Host, a, info.Class), Addr: a}
+				refused = &DenyError{Reason: policy.ReasonSpecialAddr, Detail: fmt.Sprintf("%s resolved to %s (%s)", d.Host, a, info.Class), Addr: a}
 			}
 		case x.self != nil && x.self(ap):
 			if refused == nil {
-				refused = &DenyError{Reason: reasonProxyLoop, Detail: fmt.Sprintf("%s is egressd itself", ap), Addr: a}
+				refused = &DenyError{Reason: policy.ReasonProxyLoop, Detail: fmt.Sprintf("%s is egressd itself", ap), Addr: a}
 			}
 		default:
 			good = append(good, ap)
@@ -118,17 +115,18 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 	return nil, netip.AddrPort{}, errors.Join(errs...)
 }
 
-// statusFor maps a dial or upstream error to the status the client gets:
-// 403 for a policy refusal, 504 for a timeout, 502 for anything else.
-func statusFor(err error) (int, string) {
+// reasonFor maps a dial or upstream error to the reason the client gets:
+// the refusal's for a policy refusal, upstream-timeout for a timeout,
+// upstream-unreachable for anything else.
+func reasonFor(err error) policy.Reason {
 	var de *DenyError
 	var ne net.Error
 	switch {
 	case errors.As(err, &de):
-		return 403, de.Reason
+		return de.Reason
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return 504, "upstream-timeout"
+		return policy.ReasonUpstreamTimeout
 	default:
-		return 502, "upstream-unreachable"
+		return policy.ReasonUpstreamUnreachable
 	}
 }
