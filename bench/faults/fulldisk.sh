@@ -1,18 +1,24 @@
 #!/bin/bash
 # The audit log on a full disk, end to end: egressd serve on a 256 KiB tmpfs
 # mounted in a private mount namespace (nothing is mounted where the host sees
-# it). Root only:
-#   unshare -m --propagation private bench/faults/fulldisk.sh /tmp/egressd NAME
+# it: the script re-runs itself under unshare and refuses to mount unless its
+# mount namespace differs from the one it was started in). Root only:
+#   bench/faults/fulldisk.sh /tmp/egressd NAME
 # (NAME: a work directory under ${EGRESSD_FULLDISK_DIR:-/tmp/egressd-fulldisk})
 
 set -u
-if [ "$(readlink /proc/self/ns/mnt)" = "$(readlink /proc/1/ns/mnt)" ]; then
-  echo "run me under: unshare -m --propagation private $0 $*" >&2; exit 2
+if [ -z "${EGRESSD_FULLDISK_PARENT_NS:-}" ]; then
+  EGRESSD_FULLDISK_PARENT_NS=$(readlink /proc/self/ns/mnt) exec unshare -m --propagation private "$0" "$@"
+fi
+if [ -z "$EGRESSD_FULLDISK_PARENT_NS" ] || [ "$(readlink /proc/self/ns/mnt)" = "$EGRESSD_FULLDISK_PARENT_NS" ]; then
+  echo "not in a private mount namespace: refusing to mount" >&2; exit 2
 fi
 BIN=$1; D=${EGRESSD_FULLDISK_DIR:-/tmp/egressd-fulldisk}/$2; rm -rf $D; mkdir -p $D/mnt
 mount -t tmpfs -o size=256k egressd-fd $D/mnt || exit 1
 OP=$(( 20000 + RANDOM % 10000 )); PP=$((OP+1)); AP=$((OP+2))
 python3 -m http.server $OP --bind 127.0.0.1 -d $D >/dev/null 2>&1 & ORIG=$!
+EG=
+trap 'kill $ORIG $EG 2>/dev/null; umount $D/mnt 2>/dev/null' EXIT
 cat > $D/egressd.yaml <<EOC
 version: 1
 listen: {proxy: "127.0.0.1:$PP", admin: "127.0.0.1:$AP"}
