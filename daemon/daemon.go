@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,7 +182,7 @@ func (d *Daemon) gate(p *policy.Policy) (reason policy.Reason, detail string) {
 		return policy.ReasonNotReady, notVerified
 	}
 	if refuse, note := d.auditState(p); refuse {
-		return policy.ReasonAuditUnavailable, policy.ReasonAuditUnavailable.Help() + ": " + note
+		return policy.ReasonAuditUnavailable, "egressd cannot write its audit log, and what it cannot record it does not let through: " + note
 	}
 	return policy.ReasonAllowed, ""
 }
@@ -496,7 +497,7 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 	// that next allowed through until next is the verified policy: no
 	// separate readiness flag, so no window between swap and gate.
 	if err := d.apply(ctx, next); err != nil {
-		return d.rollback(ctx, why, old, wasStatus, "reload rolled back: applying the walls failed", fmt.Errorf("applying the walls: %w", err))
+		return d.rollback(ctx, why, old, wasStatus, fmt.Errorf("applying the walls: %w", err))
 	}
 	if testHookSwapped != nil {
 		testHookSwapped()
@@ -504,7 +505,7 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 	if !d.opt.NoSelftest {
 		v := d.verify(ctx, "reload", next)
 		if !v.Sealed || v.Err != nil {
-			return d.rollback(ctx, why, old, wasStatus, "reload rolled back: the new policy leaks", fmt.Errorf("self-test: leaks %v, err %v", v.Leaks, v.Err), "leaks", v.Leaks)
+			return d.rollback(ctx, why, old, wasStatus, verdictError(v))
 		}
 		d.setReadiness(next, v)
 	}
@@ -522,7 +523,7 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 // rollback restores old after a failed reload. If the walls cannot be
 // restored either, their state is unknown: egressd stops letting anything
 // through until a self-test (scheduled, or the next reload's) passes.
-func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, wasStatus, msg string, cause error, attrs ...any) error {
+func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, wasStatus string, cause error) error {
 	if d.opt.NoSelftest {
 		d.verified.Store(old)
 	}
@@ -535,8 +536,17 @@ func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, w
 	}
 	d.setStatus(wasStatus)
 	d.reloads.WithLabelValues("rolled-back").Inc()
-	d.log.Error(msg+"; the old policy stays in force", append([]any{"trigger", why, "err", cause}, attrs...)...)
+	d.log.Error("reload rolled back: the old policy stays in force", "trigger", why, "err", cause)
 	return fmt.Errorf("reload rolled back: %w", cause)
+}
+
+// verdictError says why a verdict keeps a policy out: the self-test could
+// not run, or the leaks it found.
+func verdictError(v Verdict) error {
+	if v.Err != nil {
+		return fmt.Errorf("the self-test could not run: %w", v.Err)
+	}
+	return fmt.Errorf("the new policy leaks: %s", strings.Join(v.Leaks, "; "))
 }
 
 // testHookSwapped, when set (tests), runs in Reload right after the new

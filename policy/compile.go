@@ -10,10 +10,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/policy/classify"
 	"golang.org/x/net/publicsuffix"
 )
 
@@ -37,6 +39,15 @@ const (
 	defaultIdleTimeout      = 5 * time.Minute
 	defaultDialTimeout      = 10 * time.Second
 	defaultMirrorBodyBytes  = 1 << 20
+	// defaultReadHeadBytes: a browser's or API client's headers without
+	// large cookies stay under 2 KiB.
+	defaultReadHeadBytes = 4 << 10
+	// defaultQueryBytes: search, paging and filter queries of real reads
+	// stay well under 1 KiB (see policy/classify/testdata/corpus.txt).
+	defaultQueryBytes = 2 << 10
+	// defaultDNSWildcardNames: distinct names one identity may resolve
+	// under one wildcard rule per hour (a CDN or docs site uses a handful).
+	defaultDNSWildcardNames = 256
 	defaultDNSQPS           = 50
 
 	defaultRequestHeaderTimeout  = 10 * time.Second
@@ -200,7 +211,7 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		}
 		t, ok := ParsePageType(strings.ToLower(s.V))
 		if !ok {
-			c.errf(s.Line, fmt.Sprintf("%s.pages[%d]", f, j), "unknown page type %q: one of %s, or \"*\" for any", s.V, strings.Join(pageTypeNames[:], ", "))
+			c.errf(s.Line, fmt.Sprintf("%s.pages[%d]", f, j), "unknown page type %q: one of %s, or \"*\" for any", s.V, strings.Join(classify.PageTypeNames(), ", "))
 			continue
 		}
 		r.Pages = r.Pages.With(t)
@@ -223,7 +234,7 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 	if rr.Mirror.V != "" {
 		m, ok := ParseMirror(rr.Mirror.V)
 		if !ok {
-			c.errf(rr.Mirror.Line, f+".mirror", "unknown mirror %q: one of %s", rr.Mirror.V, strings.Join(mirrorNames[1:], ", "))
+			c.errf(rr.Mirror.Line, f+".mirror", "unknown mirror %q: one of %s", rr.Mirror.V, strings.Join(classify.MirrorNames(), ", "))
 		}
 		r.Mirror = m
 		if len(rr.Pages)+len(rr.Methods)+len(rr.Paths) > 0 {
@@ -236,6 +247,17 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 			break
 		}
 		r.MirrorOp.ModulePrefixes = append(r.MirrorOp.ModulePrefixes, s.V)
+	}
+	for j, s := range rr.ReadPosts {
+		if !slices.Contains(classify.ReadPostNames(), s.V) {
+			c.errf(s.Line, fmt.Sprintf("%s.read_posts[%d]", f, j), "unknown read-only POST %q: one of %s", s.V, strings.Join(classify.ReadPostNames(), ", "))
+			continue
+		}
+		if r.Mirror != MirrorNone {
+			c.errf(s.Line, fmt.Sprintf("%s.read_posts[%d]", f, j), "a mirror rule takes no read_posts: its grammar names the reads it allows")
+			break
+		}
+		r.ReadPosts = append(r.ReadPosts, s.V)
 	}
 	if rr.TLS != nil {
 		r.TLS = rr.TLS.V
@@ -316,6 +338,27 @@ func (c *compiler) hostPattern(v at[string], field string, star bool) (string, b
 	return n, true
 }
 
+// hostHint explains a hosts entry written as a URL or with a port, the
+// two ways people write a host that is not one; "" for anything else.
+func hostHint(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Host != "" {
+		hint := fmt.Sprintf("hosts take a host name, not a URL: write %q", u.Hostname())
+		if u.Port() != "" {
+			hint += fmt.Sprintf(" with ports: [%s]", u.Port())
+		}
+		if p := strings.TrimSuffix(u.Path, "/"); p != "" {
+			hint += fmt.Sprintf(", and paths: [%q] to limit the path", p+"/*")
+		}
+		return hint
+	}
+	if h, port, err := net.SplitHostPort(s); err == nil && h != "" {
+		if _, err := strconv.ParseUint(port, 10, 16); err == nil {
+			return fmt.Sprintf("hosts take no port: write %q and ports: [%s]", h, port)
+		}
+	}
+	return ""
+}
+
 // maxListErrors bounds the errors reported for one hosts file.
 const maxListErrors = 20
 
@@ -362,27 +405,6 @@ func (c *compiler) relative(path string) string {
 		return filepath.Join(filepath.Dir(c.file), path)
 	}
 	return path
-}
-
-// hostHint explains a hosts entry written as a URL or with a port, the
-// two ways people write a host that is not one; "" for anything else.
-func hostHint(s string) string {
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Host != "" {
-		hint := fmt.Sprintf("hosts take a host name, not a URL: write %q", u.Hostname())
-		if u.Port() != "" {
-			hint += fmt.Sprintf(" with ports: [%s]", u.Port())
-		}
-		if p := strings.TrimSuffix(u.Path, "/"); p != "" {
-			hint += fmt.Sprintf(", and paths: [%q] to limit the path", p+"/*")
-		}
-		return hint
-	}
-	if h, port, err := net.SplitHostPort(s); err == nil && h != "" {
-		if _, err := strconv.ParseUint(port, 10, 16); err == nil {
-			return fmt.Sprintf("hosts take no port: write %q and ports: [%s]", h, port)
-		}
-	}
-	return ""
 }
 
 func trimBadTarget(err error) string {
@@ -672,12 +694,23 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 		DialTimeout:      c.duration(l.DialTimeout, "limits.dial_timeout", defaultDialTimeout),
 		MirrorBodyBytes:  defaultMirrorBodyBytes,
 		DNSQueriesPerSec: pos(l.DNSQueriesPerSec, "limits.dns_queries_per_second", defaultDNSQPS),
+		ReadHeadBytes:    pos(l.ReadHeadBytes, "limits.read_head_bytes", defaultReadHeadBytes),
+		QueryBytes:       pos(l.QueryBytes, "limits.query_bytes", defaultQueryBytes),
+		DNSWildcardNames: defaultDNSWildcardNames,
+		DNSExactOnly:     l.DNSExactOnly.V,
 
 		RequestHeaderTimeout:  c.duration(l.RequestHeaderTimeout, "limits.request_header_timeout", defaultRequestHeaderTimeout),
 		ResponseHeaderTimeout: c.duration(l.ResponseHeaderTimeout, "limits.response_header_timeout", defaultResponseHeaderTimeout),
 		ResponseHeaderBytes:   pos(l.ResponseHeaderBytes, "limits.response_header_bytes", defaultResponseHeaderBytes),
 		ResponseIdleTimeout:   c.duration(l.ResponseIdleTimeout, "limits.response_idle_timeout", defaultResponseIdleTimeout),
 		ResponseTimeout:       c.duration(l.ResponseTimeout, "limits.response_timeout", defaultResponseTimeout),
+	}
+	if l.DNSWildcardNames.Line != 0 {
+		if l.DNSWildcardNames.V < 0 {
+			c.errf(l.DNSWildcardNames.Line, "limits.dns_wildcard_names", "%d: must be 0 (no budget) or positive", l.DNSWildcardNames.V)
+		} else {
+			p.Limits.DNSWildcardNames = l.DNSWildcardNames.V
+		}
 	}
 	if l.MirrorBodyBytes.Line != 0 {
 		if l.MirrorBodyBytes.V <= 0 {

@@ -69,6 +69,7 @@ type rawRule struct {
 	Paths          []at[string] `yaml:"paths"`
 	Mirror         at[string]   `yaml:"mirror"`
 	ModulePrefixes []at[string] `yaml:"module_prefixes"`
+	ReadPosts      []at[string] `yaml:"read_posts"`
 	TLS            *at[bool]    `yaml:"tls"`
 }
 
@@ -114,6 +115,10 @@ type rawLimits struct {
 	DialTimeout      at[string] `yaml:"dial_timeout"`
 	MirrorBodyBytes  at[int64]  `yaml:"mirror_body_bytes"`
 	DNSQueriesPerSec at[int]    `yaml:"dns_queries_per_second"`
+	ReadHeadBytes    at[int]    `yaml:"read_head_bytes"`
+	QueryBytes       at[int]    `yaml:"query_bytes"`
+	DNSWildcardNames at[int]    `yaml:"dns_wildcard_names"`
+	DNSExactOnly     at[bool]   `yaml:"dns_exact_only"`
 
 	RequestHeaderTimeout  at[string] `yaml:"request_header_timeout"`
 	ResponseHeaderTimeout at[string] `yaml:"response_header_timeout"`

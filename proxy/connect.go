@@ -46,7 +46,7 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 		ctx.Resp = x.denyDecision(r, rq)
 		return goproxy.RejectConnect, host
 	}
-	if reason, detail := x.refusal(p, r.RemoteAddr); reason != policy.ReasonAllowed {
+	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
 		ctx.Resp = x.deny(r, rq, reason, rq.d.RuleName(), detail)
 		return goproxy.RejectConnect, host
 	}

@@ -128,6 +128,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		resolverDial: cfg.ResolverDial,
 		self:         x.isSelf,
 		control:      cfg.Control,
+		log:          x.log,
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
@@ -414,7 +415,7 @@ func (x *Proxy) refusal(p *policy.Policy, remote string) (reason policy.Reason, 
 	case x.gate != nil:
 		reason, detail = x.gate(p)
 	}
-	if reason == policy.ReasonAllowed || x.exempt == nil {
+	if !reason.Denies() || x.exempt == nil {
 		return reason, detail
 	}
 	if ap, err := netip.ParseAddrPort(remote); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {

@@ -59,13 +59,11 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
 	}
-	if reason, detail := x.refusal(p, r.RemoteAddr); reason != policy.ReasonAllowed {
+	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
 		return r, x.deny(r, rq, reason, rq.d.RuleName(), detail)
 	}
-	if rq.d.Rule.Mirror != policy.MirrorNone {
-		if resp := x.checkMirrorBody(r, rq, p); resp != nil {
-			return r, resp
-		}
+	if resp := x.checkShape(r, rq, p); resp != nil {
+		return r, resp
 	}
 	if rq.tunnel != nil {
 		// a request inside an inspected tunnel: its context holds the
@@ -120,14 +118,24 @@ func innerTarget(tun *request, r *http.Request) (policy.Target, error) {
 	return t, nil
 }
 
-// checkMirrorBody enforces a mirror rule's body limits: no body at all
-// unless the grammar allowed a protocol read with a body, and then at most
-// BodyCap bytes that the grammar's body check accepts.
-func (x *Proxy) checkMirrorBody(r *http.Request, rq *request, p *policy.Policy) *http.Response {
+// checkShape enforces what the policy computed beyond the decision: the
+// header budget (a mirror rule forwards only its ecosystem's headers), and
+// the body of a mirror rule or an opted-in read-only POST.
+func (x *Proxy) checkShape(r *http.Request, rq *request, p *policy.Policy) *http.Response {
+	drop, ok, why := p.CheckHead(&rq.d, r.Header)
+	if !ok {
+		return x.deny(r, rq, policy.ReasonHeaderBudget, rq.d.RuleName(), why)
+	}
+	for _, h := range drop {
+		r.Header.Del(h)
+	}
+	if rq.d.Rule.Mirror == policy.MirrorNone && !rq.d.ReadPost {
+		return nil
+	}
 	hasBody := r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
 	if rq.d.BodyCap == 0 {
 		if hasBody {
-			return x.deny(r, rq, policy.ReasonMirror, rq.d.RuleName(), "mirror rules take no request body here")
+			return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), "no request body allowed here")
 		}
 		return nil
 	}
@@ -138,10 +146,10 @@ func (x *Proxy) checkMirrorBody(r *http.Request, rq *request, p *policy.Policy) 
 	case err != nil:
 		return x.deny(r, rq, policy.ReasonBadRequest, rq.d.RuleName(), "reading body: "+err.Error())
 	case int64(len(body)) > limit:
-		return x.deny(r, rq, policy.ReasonMirror, rq.d.RuleName(), fmt.Sprintf("body over the %d-byte cap of a mirror read", limit))
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), fmt.Sprintf("body over the %d-byte cap of a protocol read", limit))
 	}
 	if ok, why := p.CheckBody(&rq.d, &rq.target, r.Method, r.Header.Get("Content-Type"), body); !ok {
-		return x.deny(r, rq, policy.ReasonMirror, rq.d.RuleName(), why)
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), why)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))

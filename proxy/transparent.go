@@ -127,8 +127,8 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)
 		return
 	}
-	if reason, detail := x.refusal(p, c.RemoteAddr().String()); reason != policy.ReasonAllowed {
-		x.logDecisionReason(ctx, rq, reason.Status(), reason, detail, 0, 0)
+	if reason, detail := x.refusal(p, c.RemoteAddr().String()); reason.Denies() {
+		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, reason, detail, 0, 0)
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}
@@ -136,6 +136,7 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	x.m.tunnels.Inc()
 	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec() }()
 	if !rq.d.Inspect {
+		ctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
 		up, _, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
 		if err != nil {
 			reason := reasonFor(err)

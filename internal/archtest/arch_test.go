@@ -27,24 +27,25 @@ const anyPackage = "*"
 //     sandbox, selftest, event (the decision record's schema);
 //   - audit, on event;
 //   - the data path: proxy and dnsfilter, on policy (proxy also on event);
-//   - daemon, the lifecycle around them (and the audit log's state);
+//   - daemon, the lifecycle around them;
 //   - cmd/egressd and bench, which only wire: anything above.
 //
 // internal/testnet and internal/testutil are for tests only: no production
 // code may import them, whatever this table says.
 var allowed = map[string][]string{
-	"policy":    {},
-	"configs":   {},
-	"nft":       {},
-	"ca":        {},
-	"sandbox":   {},
-	"audit":     {"event"},
-	"selftest":  {},
-	"event":     {},
-	"proxy":     {"policy", "event"},
-	"dnsfilter": {"policy"},
-	"daemon":    {"policy", "proxy", "dnsfilter", "audit"},
-	"deploy":    {},
+	"policy":          {"policy/classify"},
+	"policy/classify": {},
+	"configs":         {},
+	"nft":             {},
+	"ca":              {},
+	"sandbox":         {},
+	"audit":           {"event"},
+	"selftest":        {},
+	"event":           {},
+	"proxy":           {"policy", "event"},
+	"dnsfilter":       {"policy"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit"},
+	"deploy":          {},
 
 	"cmd/egressd": {anyPackage},
 	"bench":       {anyPackage},
