@@ -115,7 +115,7 @@ func parseHeader(line []byte) (header, error) {
 	var h header
 	rest, ok := bytes.CutPrefix(line, headerStart)
 	if !ok {
-		return h, errors.New(`does not start with {"seq":`)
+		return h, errors.New(`does not start with the {"seq": header`)
 	}
 	n := 0
 	for n < len(rest) && n < 21 && '0' <= rest[n] && rest[n] <= '9' {

@@ -72,12 +72,12 @@ func wire(spec Veth) (_ *Link, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("netlink in %s: %w", gw, err)
 	}
-	defer hg.Delete()
+	defer hg.Close()
 	hs, err := netlink.NewHandleAt(netns.NsHandle(sbx.fd))
 	if err != nil {
 		return nil, fmt.Errorf("netlink in %s: %w", sbx, err)
 	}
-	defer hs.Delete()
+	defer hs.Close()
 
 	gl, sl, err := addVeth(hg, hs, l.GatewayName, l.SandboxName, sbx)
 	if err != nil {
@@ -260,7 +260,7 @@ func (l *Link) Delete() error {
 	if err != nil {
 		return fmt.Errorf("sandbox: delete %s: netlink in %s: %w", l.GatewayName, l.gw, err)
 	}
-	defer h.Delete()
+	defer h.Close()
 	link, err := h.LinkByIndex(l.GatewayIndex)
 	if err != nil || link.Attrs().Name != l.GatewayName {
 		return fmt.Errorf("sandbox: delete %s: not found in %s", l.GatewayName, l.gw)
@@ -287,7 +287,7 @@ func AddAddress(ns *NS, ifName string, p netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: add address %s: netlink in %s: %w", p, ns, err)
 	}
-	defer h.Delete()
+	defer h.Close()
 	link, err := h.LinkByName(ifName)
 	if err == nil {
 		err = addAddr(h, link, p)
