@@ -100,6 +100,7 @@ type Report struct {
 	Recovered    []int  // lines cut short by a crash and acknowledged by the writer
 	UnsealedEnds []int  // last lines of sessions that ended without a seal
 	PartialTail  bool   // Live only: an incomplete last line was ignored
+	Lost         int    // "lost" records: places where failed writes (a full disk) left lines out
 }
 
 type header struct {
@@ -135,7 +136,7 @@ func parseHeader(line []byte) (header, error) {
 	}
 	kind, rest, ok := bytes.Cut(rest, []byte{'"'})
 	switch k := string(kind); k {
-	case kindOpen, kindRecord, kindSeal, kindRecover:
+	case kindOpen, kindRecord, kindSeal, kindRecover, kindLost:
 		h.kind = k
 	default:
 		return h, fmt.Errorf("unknown audit kind %.20q", kind)
@@ -334,6 +335,8 @@ func (rep *Report) count(kind string) {
 		rep.Sessions++
 	case kindRecord:
 		rep.Records++
+	case kindLost:
+		rep.Lost++
 	}
 }
 

@@ -33,15 +33,20 @@ const ReasonAllowed Reason = 0
 // The reasons, one line each: name (on the wire), status, advice.
 var (
 	// Policy decisions.
-	ReasonNoRule      = newReason("no-rule", 403, "host not in allowlist: add it to allow[] or ask the operator")
-	ReasonPort        = newReason("port", 403, "port not allowed for this host: add it to the rule's ports or ask the operator")
-	ReasonHighRisk    = newReason("high-risk", 403, "high-risk destination (cloud metadata, console or registry upload host): never allowed")
-	ReasonSpecialAddr = newReason("special-address", 403, "private, loopback or other special-use address: allowed only by a rule whose cidrs name that block")
-	ReasonBadTarget   = newReason("bad-target", 403, "malformed or ambiguous target: use a plain host name or address")
-	ReasonMethod      = newReason("method", 403, "method not allowed by the rule: add it to the rule's methods or ask the operator")
-	ReasonPath        = newReason("path", 403, "path not allowed by the rule: add it to the rule's paths or ask the operator")
-	ReasonPageType    = newReason("page-type", 403, "page type not allowed by the rule: add it to the rule's pages or ask the operator")
-	ReasonMirror      = newReason("mirror", 403, "mirror rules are download-only: publishing, uploads and logins are refused")
+	ReasonNoRule         = newReason("no-rule", 403, "host not in allowlist: add it to allow[] or ask the operator")
+	ReasonPort           = newReason("port", 403, "port not allowed for this host: add it to the rule's ports or ask the operator")
+	ReasonHighRisk       = newReason("high-risk", 403, "high-risk destination (cloud metadata, console or registry upload host): never allowed")
+	ReasonSpecialAddr    = newReason("special-address", 403, "private, loopback or other special-use address: allowed only by a rule whose cidrs name that block")
+	ReasonBadTarget      = newReason("bad-target", 403, "malformed or ambiguous target: use a plain host name or address")
+	ReasonMethod         = newReason("method", 403, "method not allowed by the rule: add it to the rule's methods or ask the operator")
+	ReasonPath           = newReason("path", 403, "path not allowed by the rule: add it to the rule's paths or ask the operator")
+	ReasonPageType       = newReason("page-type", 403, "page type not allowed by the rule: add it to the rule's pages or ask the operator")
+	ReasonMirror         = newReason("mirror", 403, "mirror rules are download-only: publishing, uploads and logins are refused")
+	ReasonHeaderBudget   = newReason("header-budget", 403, "request headers over the rule's budget: send fewer or shorter headers, or ask the operator (limits.read_head_bytes)")
+	ReasonQueryBudget    = newReason("query-budget", 403, "query string over the rule's budget: shorten it, or ask the operator (limits.query_bytes)")
+	ReasonBody           = newReason("body", 403, "request body is not what this read-only POST sends: see the rule's read_posts")
+	ReasonWildcardBudget = newReason("wildcard-budget", 403, "this identity spent its budget of new names under the rule's wildcard (limits.dns_wildcard_names): use names the rule lists, or ask the operator")
+	ReasonExactOnly      = newReason("exact-only", 403, "limits.dns_exact_only: only names a rule lists exactly are resolved")
 
 	// The proxy's own checks.
 	ReasonProxyLoop             = newReason("proxy-loop", 403, "the target is egressd itself")
@@ -53,6 +58,8 @@ var (
 	ReasonNotProxyRequest       = newReason("not-proxy-request", 400, "this is a forward proxy: send absolute-form requests (http://host/path) or CONNECT")
 	ReasonConnLimit             = newReason("conn-limit", 429, "too many concurrent connections for this identity: close some and retry")
 	ReasonNotReady              = newReason("not-ready", 503, "egressd is not ready: the self-test has not passed yet (see /readyz)")
+	ReasonAuditUnavailable      = newReason("audit-unavailable", 503, "egressd cannot write its audit log and lets nothing through that it cannot record: ask the operator")
+	ReasonFDLimit               = newReason("fd-limit", 503, "egressd is out of file descriptors: new connections are shed; retry later")
 	ReasonUpstreamUnreachable   = newReason("upstream-unreachable", 502, "the upstream could not be reached")
 	ReasonUpstreamTimeout       = newReason("upstream-timeout", 504, "the upstream did not answer in time")
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -41,6 +42,11 @@ type checkedDialer struct {
 	// control runs on each upstream socket before connect (tests use it
 	// for a namespace guard); nil means none.
 	control func(network, address string, c syscall.RawConn) error
+	// budget bounds the new names under wildcard rules each identity makes
+	// the resolver ask for; log gets its one warning per identity and
+	// wildcard when spent.
+	budget policy.NameBudget
+	log    *slog.Logger
 }
 
 type dialSettings struct {
@@ -63,6 +69,9 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 	if d.Addr.IsValid() {
 		addrs = []netip.Addr{d.Addr.Unmap()}
 	} else {
+		if err := x.checkNameBudget(ctx, p, d); err != nil {
+			return nil, netip.AddrPort{}, err
+		}
 		var err error
 		if addrs, err = x.cur.Load().res.Lookup(ctx, d.Host); err != nil {
 			return nil, netip.AddrPort{}, err
@@ -129,4 +138,27 @@ func reasonFor(err error) policy.Reason {
 	default:
 		return policy.ReasonUpstreamUnreachable
 	}
+}
+
+// checkNameBudget refuses a name under a wildcard rule once the requesting
+// identity has spent its budget of distinct names there (the query would
+// carry the name to that domain's name servers), or any such name under
+// limits.dns_exact_only.
+func (x *checkedDialer) checkNameBudget(ctx context.Context, p *policy.Policy, d *policy.Decision) error {
+	id := ""
+	if rq, ok := ctx.Value(keyDecision).(*request); ok {
+		id = rq.identity
+	}
+	v, wildcard, first := x.budget.Allow(p, id, d.Host, time.Now())
+	switch v {
+	case policy.NameExactOnly:
+		return &DenyError{Reason: policy.ReasonExactOnly, Detail: d.Host + " is under " + wildcard + ": limits.dns_exact_only resolves only names a rule lists"}
+	case policy.NameOverBudget:
+		if first && x.log != nil {
+			x.log.Warn("dns wildcard budget spent: new names under this wildcard are refused for the rest of the hour",
+				slog.String("identity", id), slog.String("wildcard", wildcard), slog.Int("budget", p.Limits.DNSWildcardNames))
+		}
+		return &DenyError{Reason: policy.ReasonWildcardBudget, Detail: fmt.Sprintf("%s: identity spent its %d new names under %s this hour", d.Host, p.Limits.DNSWildcardNames, wildcard)}
+	}
+	return nil
 }

@@ -59,13 +59,11 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
 	}
-	if !x.isReady(r.RemoteAddr) {
-		return r, x.deny(r, rq, policy.ReasonNotReady, rq.d.RuleName(), policy.ReasonNotReady.Help())
+	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
+		return r, x.deny(r, rq, reason, rq.d.RuleName(), detail)
 	}
-	if rq.d.Rule.Mirror != policy.MirrorNone {
-		if resp := x.checkMirrorBody(r, rq, p); resp != nil {
-			return r, resp
-		}
+	if resp := x.checkShape(r, rq, p); resp != nil {
+		return r, resp
 	}
 	if rq.tunnel != nil {
 		// a request inside an inspected tunnel: its context holds the
@@ -120,14 +118,24 @@ func innerTarget(tun *request, r *http.Request) (policy.Target, error) {
 	return t, nil
 }
 
-// checkMirrorBody enforces a mirror rule's body limits: no body at all
-// unless the grammar allowed a protocol read with a body, and then at most
-// BodyCap bytes that the grammar's body check accepts.
-func (x *Proxy) checkMirrorBody(r *http.Request, rq *request, p *policy.Policy) *http.Response {
+// checkShape enforces what the policy computed beyond the decision: the
+// header budget (a mirror rule forwards only its ecosystem's headers), and
+// the body of a mirror rule or an opted-in read-only POST.
+func (x *Proxy) checkShape(r *http.Request, rq *request, p *policy.Policy) *http.Response {
+	drop, ok, why := p.CheckHead(&rq.d, r.Header)
+	if !ok {
+		return x.deny(r, rq, policy.ReasonHeaderBudget, rq.d.RuleName(), why)
+	}
+	for _, h := range drop {
+		r.Header.Del(h)
+	}
+	if rq.d.Rule.Mirror == policy.MirrorNone && !rq.d.ReadPost {
+		return nil
+	}
 	hasBody := r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
 	if rq.d.BodyCap == 0 {
 		if hasBody {
-			return x.deny(r, rq, policy.ReasonMirror, rq.d.RuleName(), "mirror rules take no request body here")
+			return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), "no request body allowed here")
 		}
 		return nil
 	}
@@ -138,10 +146,10 @@ func (x *Proxy) checkMirrorBody(r *http.Request, rq *request, p *policy.Policy) 
 	case err != nil:
 		return x.deny(r, rq, policy.ReasonBadRequest, rq.d.RuleName(), "reading body: "+err.Error())
 	case int64(len(body)) > limit:
-		return x.deny(r, rq, policy.ReasonMirror, rq.d.RuleName(), fmt.Sprintf("body over the %d-byte cap of a mirror read", limit))
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), fmt.Sprintf("body over the %d-byte cap of a protocol read", limit))
 	}
 	if ok, why := p.CheckBody(&rq.d, &rq.target, r.Method, r.Header.Get("Content-Type"), body); !ok {
-		return x.deny(r, rq, policy.ReasonMirror, rq.d.RuleName(), why)
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), why)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -170,12 +178,35 @@ func (x *Proxy) dialDecided(ctx context.Context, rq *request) (net.Conn, error) 
 // 502 for anything else. The decision is logged when the body is done.
 func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
 	rq, _ := r.Context().Value(keyDecision).(*request)
+	lim := &x.Policy().Limits
 	var resp *http.Response
 	var err error
+	var abort func()
+	var mayBlock func() bool
 	if syncable(r) {
-		resp, err = x.up.roundTrip(r, rq)
+		if resp, err = x.up.roundTrip(r, rq, lim); err == nil {
+			ub := resp.Body.(*upBody)
+			abort = func() { ub.pc.c.SetDeadline(time.Unix(1, 0)) }
+			mayBlock = func() bool { return ub.pc.br.Buffered() == 0 }
+		}
 	} else {
-		resp, err = x.tr.RoundTrip(r)
+		// The Transport's own header timeout is fixed at start; this one
+		// follows reloads, and cancel also ends the body read (abort).
+		ctx, cancel := context.WithCancelCause(r.Context())
+		var t *time.Timer
+		if d := lim.ResponseHeaderTimeout; d > 0 {
+			t = time.AfterFunc(d, func() {
+				cancel(fmt.Errorf("no response head within limits.response_header_timeout (%v): %w", d, context.DeadlineExceeded))
+			})
+		}
+		resp, err = x.tr.RoundTrip(r.WithContext(ctx))
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			cancel(nil)
+		}
+		abort = func() { cancel(errResponseCut) }
 	}
 	if err != nil {
 		reason := reasonFor(err)
@@ -186,9 +217,18 @@ func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response,
 		}
 		return x.deny(r, rq, reason, rq.d.RuleName(), err.Error()), nil
 	}
-	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, r: r, rq: rq, status: resp.StatusCode, out: max(r.ContentLength, 0)}
+	var flush func()
+	if rq.w != nil {
+		rc := http.NewResponseController(rq.w)
+		flush = func() { rc.Flush() }
+	}
+	g := guardBody(r.Context(), resp.Body, lim, abort, flush, mayBlock)
+	resp.Body = &countingBody{ReadCloser: g, guard: g, x: x, r: r, rq: rq, status: resp.StatusCode, out: max(r.ContentLength, 0)}
 	return resp, nil
 }
+
+// errResponseCut cancels a Transport response that a guard cut.
+var errResponseCut = errors.New("response cut by egressd's limits or its client leaving")
 
 // countingBody counts response bytes, and on the first Close counts the
 // bytes in the metrics and logs the decision.
@@ -197,6 +237,7 @@ type countingBody struct {
 	n    int64
 	once atomic.Bool
 
+	guard  *guardedBody
 	x      *Proxy
 	r      *http.Request
 	rq     *request
@@ -215,7 +256,11 @@ func (b *countingBody) Close() error {
 	if b.once.CompareAndSwap(false, true) {
 		b.x.m.bytesIn.Add(float64(b.n))
 		b.x.m.bytesOut.Add(float64(b.out))
-		b.x.logDecision(b.r.Context(), b.rq, b.status, "", b.n, b.out)
+		detail := b.guard.cutReason()
+		if detail != "" {
+			b.x.m.responsesCut.WithLabelValues(detail).Inc()
+		}
+		b.x.logDecision(b.r.Context(), b.rq, b.status, detail, b.n, b.out)
 	}
 	return err
 }

@@ -54,7 +54,7 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		printConfigError(stderr, err)
 		return exitUsage
 	}
-	res := decide(p, pos[0], strings.ToUpper(*method), *ctype)
+	res := decide(p, pos[0], *method, *ctype) // as sent: the proxy decides the same method string
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)
