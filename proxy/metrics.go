@@ -11,6 +11,9 @@ type metrics struct {
 	bytesOut        prometheus.Counter
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
+	openConns       prometheus.Gauge
+	connsRefused    prometheus.Counter
+	acceptErrors    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -31,10 +34,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressd_decision_seconds", Help: "Time from request to policy decision.",
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 0.1},
 		}),
+		openConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressd_open_connections", Help: "Client connections open now, on all proxy and transparent listeners.",
+		}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_connections_refused_total", Help: "Client connections refused with 503 at the global connection cap.",
+		}),
+		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_accept_errors_total", Help: "Failed accepts on the proxy and transparent listeners (out of descriptors, above all).",
+		}),
 	}
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.openConns, m.connsRefused, m.acceptErrors)
 	}
 	return m
 }

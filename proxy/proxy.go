@@ -52,6 +52,11 @@ type Config struct {
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
 	ReadyExempt func(remote netip.AddrPort) bool
+	// MaxConns caps the client connections open at once on all of the
+	// proxy's listeners: one more gets 503 (reason conn-cap) and is
+	// counted. 0: derived from the process's descriptor limit
+	// (defaultMaxConns).
+	MaxConns int
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -69,8 +74,15 @@ type Proxy struct {
 	exempt func(netip.AddrPort) bool
 	ids    *tracker
 
+	errorLog *log.Logger // net/http's own errors, into the proxy's log
+
+	conns     atomic.Int64 // client connections open now, all listeners
+	maxConns  int64
+	capLog    rateLog
+	acceptLog rateLog
+
 	mu      sync.Mutex
-	self    map[netip.AddrPort]bool
+	self    map[netip.AddrPort]bool // egressd's own listeners (proxy loop)
 	servers []*http.Server
 }
 
@@ -78,7 +90,7 @@ type ctxKey int
 
 const (
 	keyConn ctxKey = iota
-	keyDecision
+	keyDecision    // *request: the proxy state of this request
 	keyTransparent // request rewritten from a transparent listener
 )
 
@@ -95,6 +107,11 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	if x.log == nil {
 		x.log = slog.New(slog.DiscardHandler)
+	}
+	x.errorLog = slog.NewLogLogger(x.log.With("source", "net/http").Handler(), slog.LevelDebug)
+	x.maxConns = int64(cfg.MaxConns)
+	if x.maxConns <= 0 {
+		x.maxConns = defaultMaxConns()
 	}
 	x.pol.Store(p)
 	x.dialer = &checkedDialer{
@@ -128,7 +145,11 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		http.Error(w, "egressd: this is a forward proxy: send absolute-form requests (http://host/path) or CONNECT", http.StatusBadRequest)
 	})
 	gp.OnRequest().DoFunc(x.onRequest)
-	gp.OnRequest().HandleConnectFunc(x.onConnect)
+	// CONNECT is served by serveConnect and never reaches goproxy; if one
+	// did, it is refused rather than tunnelled with goproxy's defaults.
+	gp.OnRequest().HandleConnectFunc(func(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		return goproxy.RejectConnect, host
+	})
 	x.gp = gp
 	return x
 }
@@ -139,6 +160,7 @@ func (x *Proxy) SetPolicy(p *policy.Policy) {
 	x.dialer.setPolicy(p)
 	x.tr.CloseIdleConnections() // pooled upstreams were checked under the old policy
 	x.up.closeIdle()
+	x.redecideTunnels(p)
 }
 
 // Policy returns the policy in force.
@@ -146,13 +168,28 @@ func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
 
 // Serve answers proxy requests on l until Shutdown.
 func (x *Proxy) Serve(l net.Listener) error {
-	if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil {
-		x.mu.Lock()
-		x.self[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
-		x.mu.Unlock()
-	}
+	x.AddListener(l.Addr())
 	return x.serveHTTP(l, x)
 }
+
+// AddListener registers one of egressd's own listening addresses (admin,
+// DNS, transparent ports; the proxy's own are added by Serve): no rule
+// lets a client reach it through the proxy (reason proxy-loop). An
+// unspecified address (0.0.0.0, ::) stands for every local address.
+func (x *Proxy) AddListener(a net.Addr) {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return
+	}
+	x.mu.Lock()
+	x.self[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
+	x.mu.Unlock()
+}
+
+// ViaProxy reports whether remote is the local end of one of the proxy's
+// open upstream connections: a client of an egressd server on this host
+// that is really a sandbox speaking through the proxy.
+func (x *Proxy) ViaProxy(remote netip.AddrPort) bool { return x.dialer.out.has(remote) }
 
 // serveHTTP serves h on l with the proxy's timeouts and limits, each
 // connection watched by a scanConn the handler finds in its context.
@@ -160,16 +197,19 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 	p := x.Policy()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: headTimeout,
 		IdleTimeout:       p.Limits.IdleTimeout,
-		MaxHeaderBytes:    p.Limits.HeaderBytes,
-		ErrorLog:          log.New(io.Discard, "", 0),
+		// The scanner refuses a head over the limit first (431 with
+		// X-Egressd-Deny); Go's own limit (this plus 4096) is never
+		// reached, so no head passes Go that the scanner gave up on.
+		MaxHeaderBytes: p.Limits.HeaderBytes,
+		ErrorLog:       x.errorLog,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, keyConn, c)
 		},
 	}
 	x.track(srv)
-	return srv.Serve(&scanListener{Listener: l, headLimit: p.Limits.HeaderBytes})
+	return srv.Serve(&scanListener{Listener: l, x: x, name: l.Addr().String()})
 }
 
 // Shutdown stops accepting, closes open tunnels, and waits for requests.
@@ -186,28 +226,49 @@ func (x *Proxy) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// scanListener wraps each accepted connection in a scanConn, counts it
+// against the global cap, and logs and counts accept errors (net/http
+// retries the temporary ones, such as running out of descriptors).
 type scanListener struct {
 	net.Listener
-	headLimit int
+	x    *Proxy
+	name string
 }
 
 func (l *scanListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			l.x.acceptError(l.name, err)
+			return nil, err
+		}
+		release, ok := l.x.admit(c)
+		if !ok {
+			continue
+		}
+		sc := l.x.newScanConn(c, l.x.Policy().Limits.HeaderBytes, nil)
+		sc.release = release
+		return sc, nil
 	}
-	return newScanConn(c, l.headLimit), nil
 }
 
-// isSelf reports whether ap is one of egressd's own listeners (proxy loop).
+// isSelf reports whether ap, an address about to be dialed, is one of
+// egressd's own listeners (proxy loop): the exact address, or any local
+// address (loopback, an interface's, or the unspecified address, which
+// connects to this host) on the port of a listener bound to all addresses.
 func (x *Proxy) isSelf(ap netip.AddrPort) bool {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.self[ap] {
 		return true
 	}
 	for s := range x.self {
-		if s.Port() == ap.Port() && s.Addr().IsUnspecified() && (ap.Addr().IsLoopback() || isLocalAddr(ap.Addr())) {
+		if s.Port() != ap.Port() {
+			continue
+		}
+		a := ap.Addr()
+		if a.IsUnspecified() || (s.Addr().IsUnspecified() && (a.IsLoopback() || isLocalAddr(a))) {
 			return true
 		}
 	}
@@ -232,7 +293,8 @@ func isLocalAddr(a netip.Addr) bool {
 // request is the per-request state carried through goproxy's context.
 type request struct {
 	start    time.Time
-	identity string
+	identity string // the identity decided on: source, or refined by a token
+	source   string // the source-address identity, when identity refines it
 	target   policy.Target
 	d        policy.Decision
 	method   string
@@ -240,7 +302,15 @@ type request struct {
 	// connect state for an inspected tunnel: inner requests must name the
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
-	conn   *scanConn // client connection of an inspected tunnel
+	// upAddr is the address a spliced tunnel reached (a reload checks it
+	// again).
+	upAddr netip.AddrPort
+	// cutBy is set when egressd closes the open tunnel (reload,
+	// quarantine): its last log line is then a denial.
+	cutBy atomic.Pointer[cutInfo]
+	// headBytes is the size of the request head the client sent (data
+	// out, like the body).
+	headBytes int
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -255,7 +325,8 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		head, _ = sc.next()
 	}
-	rq := &request{start: start, method: r.Method, identity: x.identify(r)}
+	rq := &request{start: start, method: r.Method, headBytes: head.size}
+	rq.identity, rq.source = x.identify(r)
 	if head.bad != "" {
 		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
 		return
@@ -265,13 +336,15 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.refuse(w, r, rq, http.StatusBadRequest, "host-mismatch", fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
 		return
 	}
-	if x.ids.quarantined(rq.identity) {
-		x.refuse(w, r, rq, http.StatusForbidden, "quarantine", "identity "+rq.identity+" is quarantined")
+	if id, ok := x.quarantined(rq); ok {
+		x.refuse(w, r, rq, http.StatusForbidden, "quarantine", "identity "+id+" is quarantined")
 		return
 	}
-	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
+	// The budget is the source's: a token refines the name, never the
+	// budget.
+	release, ok := x.ids.acquire(rq.budget(), x.Policy().Limits.ConnsPerIdentity)
 	if !ok {
-		x.refuse(w, r, rq, http.StatusTooManyRequests, "conn-limit", "too many concurrent connections for identity "+orNone(rq.identity))
+		x.refuse(w, r, rq, http.StatusTooManyRequests, "conn-limit", "too many concurrent connections for identity "+orNone(rq.budget()))
 		return
 	}
 	rq.release = release
@@ -280,6 +353,10 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rq.release()
 		}
 	}()
+	if r.Method == http.MethodConnect {
+		x.serveConnect(w, r, rq)
+		return
+	}
 	r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
 	x.gp.ServeHTTP(w, r)
 }
@@ -304,28 +381,68 @@ func orNone(s string) string {
 	return s
 }
 
-// identify names the client: the Proxy-Authorization user (a label, not
-// authentication), else the identity whose cidrs hold the source address.
-func (x *Proxy) identify(r *http.Request) string {
-	user := ""
+// identify names the client. The source address decides (the identity
+// whose cidrs hold it, else the address itself); a Proxy-Authorization
+// user:secret only refines that to an identity whose token_sha256 the
+// secret matches and whose cidrs, if any, hold the source. An unknown or
+// unproven label changes nothing. It returns the identity and, when a
+// token refined it, the source identity it refines.
+func (x *Proxy) identify(r *http.Request) (identity, source string) {
+	src, _ := netip.ParseAddrPort(r.RemoteAddr)
+	p := x.Policy()
+	source = x.sourceIdentity(src.Addr())
 	if h := r.Header.Get("Proxy-Authorization"); h != "" {
 		if b, ok := strings.CutPrefix(h, "Basic "); ok {
 			if raw, err := base64.StdEncoding.DecodeString(b); err == nil {
-				user, _, _ = strings.Cut(string(raw), ":")
+				user, secret, _ := strings.Cut(string(raw), ":")
+				if id := p.Refine(src.Addr(), user, secret); id != "" && id != source {
+					return id, source
+				}
 			}
 		}
 	}
-	src, _ := netip.ParseAddrPort(r.RemoteAddr)
-	if id := x.Policy().Identity(src.Addr(), user); id != "" {
+	return source, ""
+}
+
+// sourceIdentity names a client by its address: the identity whose cidrs
+// hold it, else the address itself.
+func (x *Proxy) sourceIdentity(a netip.Addr) string {
+	if id := x.Policy().Identity(a); id != "" {
 		return id
 	}
-	if user != "" {
-		return "user:" + user
-	}
-	if src.IsValid() {
-		return src.Addr().Unmap().String()
+	if a.IsValid() {
+		return a.Unmap().String()
 	}
 	return ""
+}
+
+// names are the identities a request counts as: its own, and the source
+// identity it refines.
+func (rq *request) names() []string {
+	if rq.source != "" && rq.source != rq.identity {
+		return []string{rq.identity, rq.source}
+	}
+	return []string{rq.identity}
+}
+
+// budget is the identity whose connection budget a request spends: the
+// source's.
+func (rq *request) budget() string {
+	if rq.source != "" {
+		return rq.source
+	}
+	return rq.identity
+}
+
+// quarantined reports whether any identity the request counts as is
+// quarantined, and which.
+func (x *Proxy) quarantined(rq *request) (string, bool) {
+	for _, id := range rq.names() {
+		if x.ids.quarantined(id) {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // refuse answers a request that never reached a decision rule (hygiene,

@@ -19,14 +19,17 @@ import (
 )
 
 // onRequest decides a plain absolute-form request, or a request inside an
-// inspected tunnel (ctx.UserData holds the tunnel's CONNECT state).
+// inspected tunnel (its state's tunnel field holds the CONNECT's).
 func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 	p := x.Policy()
-	var rq *request
-	if tun, ok := ctx.UserData.(*request); ok {
-		rq = &request{start: time.Now(), identity: tun.identity, method: r.Method, tunnel: tun}
-		if x.ids.quarantined(rq.identity) {
-			return r, x.deny(r, rq, http.StatusForbidden, "quarantine", "", "identity "+rq.identity+" is quarantined")
+	rq, _ := r.Context().Value(keyDecision).(*request)
+	if rq == nil { // not through ServeHTTP: refuse rather than guess
+		rq = &request{start: time.Now(), method: r.Method}
+		return r, x.deny(r, rq, http.StatusForbidden, "internal", "", "request without proxy state")
+	}
+	if tun := rq.tunnel; tun != nil {
+		if id, ok := x.quarantined(rq); ok {
+			return r, x.deny(r, rq, http.StatusForbidden, "quarantine", "", "identity "+id+" is quarantined")
 		}
 		t, err := innerTarget(tun, r)
 		if err != nil {
@@ -34,11 +37,6 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		}
 		rq.target = t
 	} else {
-		rq, _ = r.Context().Value(keyDecision).(*request)
-		if rq == nil { // not through ServeHTTP: refuse rather than guess
-			rq = &request{start: time.Now(), method: r.Method}
-			return r, x.deny(r, rq, http.StatusForbidden, "internal", "", "request without proxy state")
-		}
 		t, err := policy.ParseURL(r.RequestURI)
 		if err != nil {
 			return r, x.deny(r, rq, http.StatusForbidden, policy.ReasonBadTarget.String(), "", err.Error())
@@ -58,6 +56,11 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
 	}
+	if up := upgradeOf(r); up != "" {
+		// A protocol switch (WebSocket, h2c) turns the request into a
+		// tunnel no later check sees: refused, and logged as such.
+		return r, x.deny(r, rq, http.StatusForbidden, reasonUpgrade, rq.d.RuleName(), fmt.Sprintf("Upgrade: %.40s: a protocol switch would carry data no rule checks", up))
+	}
 	if !x.isReady(r.RemoteAddr) {
 		return r, x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", rq.d.RuleName(), notReady)
 	}
@@ -66,14 +69,28 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 			return r, resp
 		}
 	}
-	if rq.tunnel != nil {
-		// a request inside an inspected tunnel: its context holds the
-		// tunnel's state, and the dial needs this request's decision (a
-		// plain request's context already holds rq, from ServeHTTP)
-		r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
-	}
 	ctx.RoundTripper = goproxy.RoundTripperFunc(x.roundTrip)
 	return r, nil
+}
+
+// reasonUpgrade is the deny reason of a request asking for a protocol
+// switch.
+const reasonUpgrade = "upgrade"
+
+// upgradeOf returns the protocol a request asks to switch to (Upgrade, or
+// an HTTP2-Settings h2c attempt), or "".
+func upgradeOf(r *http.Request) string {
+	if v := r.Header.Get("Upgrade"); v != "" {
+		return v
+	}
+	for _, v := range r.Header.Values("Connection") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return "(Connection: upgrade)"
+			}
+		}
+	}
+	return ""
 }
 
 // methodOverrideHeaders are headers some frameworks read as the real method.
@@ -185,7 +202,8 @@ func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response,
 		}
 		return x.deny(r, rq, status, reason, rq.d.RuleName(), err.Error()), nil
 	}
-	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, r: r, rq: rq, status: resp.StatusCode, out: max(r.ContentLength, 0)}
+	// Data out is the head the client sent and the body.
+	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, r: r, rq: rq, status: resp.StatusCode, out: int64(rq.headBytes) + max(r.ContentLength, 0)}
 	return resp, nil
 }
 
@@ -278,6 +296,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		slog.Int("status", status),
 		slog.Int64("bytes_in", in),
 		slog.Int64("bytes_out", out),
+		slog.Int("query_len", len(rq.target.Query)),
 		slog.Int64("bytes", in+out),
 		slog.String("detail", detail),
 		slog.Bool("inspected", rq.tunnel != nil),

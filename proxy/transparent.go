@@ -5,11 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
-	"log"
+
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +29,7 @@ import (
 // each origin-form request becomes the absolute-form request its Host
 // header names and goes through the same checks as a proxy request.
 func (x *Proxy) ServeTransparentHTTP(l net.Listener, origPort uint16) error {
+	x.AddListener(l.Addr())
 	return x.serveHTTP(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x.serveOriginForm(w, r, "http", origPort, "")
 	}))
@@ -52,7 +53,8 @@ func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme s
 		}
 	}
 	if err != nil {
-		rq := &request{start: time.Now(), method: r.Method, identity: x.identify(r)}
+		rq := &request{start: time.Now(), method: r.Method}
+		rq.identity, rq.source = x.identify(r)
 		x.refuse(w, r, rq, http.StatusBadRequest, "host-mismatch", err.Error())
 		return
 	}
@@ -69,26 +71,47 @@ func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme s
 // that needs inspection terminates TLS with egressd's CA and serves the
 // requests inside as absolute-form https requests.
 func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
+	x.AddListener(l.Addr())
+	var backoff time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			x.acceptError(l.Addr().String(), err)
+			// Out of descriptors and the like pass: wait and retry, as
+			// net/http does, rather than end egressd.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
 		}
-		go x.transparentTLS(c, origPort)
+		backoff = 0
+		release, ok := x.admit(c)
+		if !ok {
+			continue
+		}
+		go x.transparentTLS(&countedConn{Conn: c, release: release}, origPort)
 	}
+}
+
+// countedConn gives back its global connection slot when closed.
+type countedConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }
 
 func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	defer c.Close()
 	rq := &request{start: time.Now(), method: "TLS"}
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-	rq.identity = x.Policy().Identity(src.Addr(), "")
-	if rq.identity == "" {
-		rq.identity = src.Addr().Unmap().String()
-	}
+	rq.identity = x.sourceIdentity(src.Addr())
 	ctx := context.Background()
 	if x.ids.quarantined(rq.identity) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, "quarantine", "", 0, 0)
@@ -102,7 +125,11 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	defer release()
 	hello, raw, err := peekClientHello(c, helloTimeout)
 	if err != nil {
-		x.logDecisionReason(ctx, rq, 0, "not-tls", err.Error(), 0, 0)
+		reason := "no-client-hello"
+		if errors.Is(err, ErrNotTLS) {
+			reason = "not-tls"
+		}
+		x.cut(ctx, rq, reason, err.Error())
 		return
 	}
 	if hello.ServerName == "" {
@@ -127,19 +154,30 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}
-	x.ids.addTunnel(rq.identity, c)
+	x.ids.addTunnel(rq.identity, c, rq)
 	x.m.tunnels.Inc()
 	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec() }()
 	if !rq.d.Inspect {
-		up, _, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
+		if slices.Contains(hello.Extensions, extECH) {
+			x.cut(ctx, rq, "ech", "the ClientHello carries encrypted_client_hello: a host-only tunnel cannot see the real host")
+			return
+		}
+		up, upAddr, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
 		if err != nil {
 			status, reason := statusFor(err)
+			rq.d.Allow = false
 			x.logDecisionReason(ctx, rq, status, reason, err.Error(), 0, 0)
 			return
 		}
+		rq.upAddr = upAddr
 		defer up.Close()
 		idle := p.Limits.IdleTimeout
 		out, in, idled := pipe(client, up, idle)
+		if ci := rq.cutBy.Load(); ci != nil {
+			rq.d.Allow = false
+			x.logDecisionReason(ctx, rq, 0, ci.reason, ci.detail, in, out)
+			return
+		}
 		x.logDecisionReason(ctx, rq, http.StatusOK, "transparent tunnel", idleDetail(idled, idle), in, out)
 		return
 	}
@@ -160,19 +198,9 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	}
 	tc.SetDeadline(time.Time{})
 	x.logDecision(ctx, rq, http.StatusOK, "transparent TLS inspected", 0, 0)
-	inner := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			x.serveOriginForm(w, r, "https", port, t.Name)
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       p.Limits.IdleTimeout,
-		ErrorLog:          log.New(io.Discard, "", 0),
-	}
-	sc := newScanConn(tc, p.Limits.HeaderBytes)
-	inner.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
-		return context.WithValue(ctx, keyConn, sc) // the scanner, not the listener's wrapper
-	}
-	inner.Serve(newOneConnListener(sc))
+	x.serveInner(tc, nil, func(w http.ResponseWriter, r *http.Request, _ *scanConn) {
+		x.serveOriginForm(w, r, "https", port, t.Name)
+	})
 }
 
 // oneConnListener serves exactly one connection, then reports closed once

@@ -1,0 +1,125 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Client connections are a shared resource: each holds a descriptor (two
+// while a tunnel is open), and a process out of descriptors cannot accept,
+// resolve or dial for anyone. A global cap refuses the connection over it
+// with 503 (reason conn-cap) before it can starve the rest; the
+// per-identity budget (limits.conns_per_identity) keeps one sandbox from
+// taking the whole cap.
+
+// fdReserve is the descriptors kept out of the connection cap: listeners,
+// resolver and DNS sockets, the audit file, the admin endpoint.
+const fdReserve = 128
+
+// defaultMaxConns derives the connection cap from the descriptor limit:
+// two descriptors per connection (client and upstream) after the reserve.
+func defaultMaxConns() int64 {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return 1024
+	}
+	n := (int64(rl.Cur) - fdReserve) / 2
+	if rl.Cur > 1<<30 {
+		n = 1 << 29
+	}
+	return max(n, 16)
+}
+
+// admit counts a new client connection against the global cap. Over the
+// cap it answers 503 and closes the connection itself; ok is false.
+func (x *Proxy) admit(c net.Conn) (release func(), ok bool) {
+	if n := x.conns.Add(1); n > x.maxConns {
+		x.conns.Add(-1)
+		x.m.connsRefused.Inc()
+		x.logCapped(c)
+		// A short deadline: a client that does not read its 503 must not
+		// hold the accepting goroutine.
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		msg := fmt.Sprintf("egressd: 503 conn-cap: egressd has %d client connections open, its cap\n", x.maxConns)
+		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nX-Egressd-Deny: conn-cap\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
+		c.Close()
+		return nil, false
+	}
+	x.m.openConns.Inc()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			x.conns.Add(-1)
+			x.m.openConns.Dec()
+		})
+	}, true
+}
+
+// rateLog logs an event at most once a second, with the count of those
+// it did not log.
+type rateLog struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether to log now and how many were suppressed since.
+func (r *rateLog) allow() (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.last) < time.Second {
+		r.suppressed++
+		return false, 0
+	}
+	n := r.suppressed
+	r.last, r.suppressed = time.Now(), 0
+	return true, n
+}
+
+func (x *Proxy) logCapped(c net.Conn) {
+	if ok, n := x.capLog.allow(); ok {
+		x.log.Warn("connection refused: global connection cap reached", "reason", "conn-cap", "cap", x.maxConns, "client", c.RemoteAddr().String(), "suppressed", n)
+	}
+}
+
+// acceptError logs and counts a listener's accept failure (out of
+// descriptors, above all); a closed listener is not one.
+func (x *Proxy) acceptError(listener string, err error) {
+	if errors.Is(err, net.ErrClosed) {
+		return
+	}
+	x.m.acceptErrors.Inc()
+	if ok, n := x.acceptLog.allow(); ok {
+		x.log.Error("accept failed", "listener", listener, "err", err, "suppressed", n, "open_conns", x.conns.Load())
+	}
+}
+
+// newScanConn wraps a client connection (or the inside of an inspected
+// tunnel, tun set) in a scanConn whose oversized heads are answered and
+// logged here.
+func (x *Proxy) newScanConn(c net.Conn, headLimit int, tun *request) *scanConn {
+	sc := newScanConn(c, headLimit)
+	sc.onRefuse = func(ref refusal) {
+		rq := &request{start: time.Now(), tunnel: tun}
+		if tun != nil {
+			rq.identity, rq.source, rq.target = tun.identity, tun.source, tun.target
+		} else if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+			rq.identity = x.sourceIdentity(ap.Addr())
+		}
+		x.logDecisionReason(context.Background(), rq, ref.status, ref.reason, ref.detail, 0, 0)
+		body := fmt.Sprintf("egressd: %d %s: %s\n", ref.status, ref.reason, ref.detail)
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nX-Egressd-Deny: %s\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s",
+			ref.status, http.StatusText(ref.status), ref.reason, len(body), body)
+		c.Close()
+	}
+	return sc
+}
+
