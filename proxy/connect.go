@@ -187,7 +187,7 @@ func (x *Proxy) splice(ctx context.Context, sc *scanConn, up net.Conn, pre []byt
 	defer up.Close()
 	client := &replayConn{Conn: sc.Conn, pre: pre}
 	if rq.d.Rule.TLS {
-		hello, raw, err := peekClientHello(client, helloTimeout)
+		hello, raw, err := peekClientHello(client, x.helloTimeout)
 		if reason, detail := x.checkHello(rq, hello, err); reason != "" {
 			x.cut(ctx, rq, reason, detail)
 			return
@@ -237,7 +237,7 @@ func (x *Proxy) checkHello(rq *request, hello *tls.ClientHelloInfo, err error) (
 func (x *Proxy) inspect(ctx context.Context, sc *scanConn, pre []byte, rq *request, port uint16) {
 	defer sc.Close()
 	client := &replayConn{Conn: sc.Conn, pre: pre}
-	client.SetReadDeadline(time.Now().Add(helloTimeout))
+	client.SetReadDeadline(time.Now().Add(x.helloTimeout))
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(client, first); err != nil {
 		x.cut(ctx, rq, "no-client-hello", err.Error())
@@ -257,7 +257,7 @@ func (x *Proxy) inspect(ctx context.Context, sc *scanConn, pre []byte, rq *reque
 		return
 	}
 	tc := tls.Server(client, cfg)
-	tc.SetDeadline(time.Now().Add(helloTimeout))
+	tc.SetDeadline(time.Now().Add(x.helloTimeout))
 	if err := tc.Handshake(); err != nil {
 		if !errors.Is(err, errSNIMismatch) { // logged by the SNI check
 			x.cut(ctx, rq, "tls-handshake", err.Error())
@@ -279,7 +279,7 @@ func (x *Proxy) serveInner(tc net.Conn, tun *request, h func(http.ResponseWriter
 	isc := x.newScanConn(tc, lim.HeaderBytes, tun)
 	inner := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, isc) }),
-		ReadHeaderTimeout: headTimeout,
+		ReadHeaderTimeout: x.headTimeout,
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    lim.HeaderBytes,
 		ErrorLog:          x.errorLog,

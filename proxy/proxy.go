@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -57,6 +58,10 @@ type Config struct {
 	// counted. 0: derived from the process's descriptor limit
 	// (defaultMaxConns).
 	MaxConns int
+	// HelloTimeout bounds the wait for a tunnel's ClientHello and
+	// inspected handshake; HeadTimeout the wait for a request head. 0:
+	// the defaults (helloTimeout, headTimeout); tests shorten them.
+	HelloTimeout, HeadTimeout time.Duration
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -75,6 +80,8 @@ type Proxy struct {
 	ids    *tracker
 
 	errorLog *log.Logger // net/http's own errors, into the proxy's log
+
+	helloTimeout, headTimeout time.Duration
 
 	conns     atomic.Int64 // client connections open now, all listeners
 	maxConns  int64
@@ -109,6 +116,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		x.log = slog.New(slog.DiscardHandler)
 	}
 	x.errorLog = slog.NewLogLogger(x.log.With("source", "net/http").Handler(), slog.LevelDebug)
+	x.helloTimeout, x.headTimeout = cmp.Or(cfg.HelloTimeout, helloTimeout), cmp.Or(cfg.HeadTimeout, headTimeout)
 	x.maxConns = int64(cfg.MaxConns)
 	if x.maxConns <= 0 {
 		x.maxConns = defaultMaxConns()
@@ -197,7 +205,7 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 	p := x.Policy()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: headTimeout,
+		ReadHeaderTimeout: x.headTimeout,
 		IdleTimeout:       p.Limits.IdleTimeout,
 		// The scanner refuses a head over the limit first (431 with
 		// X-Egressd-Deny); Go's own limit (this plus 4096) is never

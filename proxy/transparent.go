@@ -123,7 +123,7 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	defer release()
-	hello, raw, err := peekClientHello(c, helloTimeout)
+	hello, raw, err := peekClientHello(c, x.helloTimeout)
 	if err != nil {
 		reason := "no-client-hello"
 		if errors.Is(err, ErrNotTLS) {
@@ -191,7 +191,7 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	tc := tls.Server(client, cfg)
-	tc.SetDeadline(time.Now().Add(helloTimeout))
+	tc.SetDeadline(time.Now().Add(x.helloTimeout))
 	if err := tc.Handshake(); err != nil {
 		x.logDecisionReason(ctx, rq, 0, "tls-handshake", err.Error(), 0, 0)
 		return
