@@ -16,9 +16,10 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// helloTimeout bounds how long a client may take to send its ClientHello
-// (and finish an inspected handshake) after the tunnel is up.
-const helloTimeout = 10 * time.Second
+// HelloTimeout bounds how long a client may take to send its ClientHello
+// (and finish an inspected handshake) after the tunnel is up: the longest
+// a silent tunnel stays open (the self-test probes it).
+const HelloTimeout = 5 * time.Second
 
 // headTimeout bounds how long a client may take to send a request head,
 // the CONNECT line included, from its first byte or the end of the last

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/http"
+	"net/netip"
 	"sync"
 	"syscall"
 	"time"
@@ -122,4 +122,3 @@ func (x *Proxy) newScanConn(c net.Conn, headLimit int, tun *request) *scanConn {
 	}
 	return sc
 }
-

@@ -37,7 +37,7 @@ type scanConn struct {
 	mu       sync.Mutex
 	heads    []headInfo // parsed but not yet claimed by a handler
 	onClose  func()
-	release  func() // gives back the global connection slot
+	release  func()   // gives back the global connection slot
 	refusal  *refusal // set by scan: the head is over a limit
 	refused  error    // returned by every Read once the refusal is sent
 	onRefuse func(refusal)

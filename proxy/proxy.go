@@ -60,7 +60,7 @@ type Config struct {
 	MaxConns int
 	// HelloTimeout bounds the wait for a tunnel's ClientHello and
 	// inspected handshake; HeadTimeout the wait for a request head. 0:
-	// the defaults (helloTimeout, headTimeout); tests shorten them.
+	// the defaults (HelloTimeout, headTimeout); tests shorten them.
 	HelloTimeout, HeadTimeout time.Duration
 }
 
@@ -96,9 +96,9 @@ type Proxy struct {
 type ctxKey int
 
 const (
-	keyConn ctxKey = iota
-	keyDecision    // *request: the proxy state of this request
-	keyTransparent // request rewritten from a transparent listener
+	keyConn        ctxKey = iota
+	keyDecision           // *request: the proxy state of this request
+	keyTransparent        // request rewritten from a transparent listener
 )
 
 // New builds a Proxy enforcing p.
@@ -116,7 +116,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		x.log = slog.New(slog.DiscardHandler)
 	}
 	x.errorLog = slog.NewLogLogger(x.log.With("source", "net/http").Handler(), slog.LevelDebug)
-	x.helloTimeout, x.headTimeout = cmp.Or(cfg.HelloTimeout, helloTimeout), cmp.Or(cfg.HeadTimeout, headTimeout)
+	x.helloTimeout, x.headTimeout = cmp.Or(cfg.HelloTimeout, HelloTimeout), cmp.Or(cfg.HeadTimeout, headTimeout)
 	x.maxConns = int64(cfg.MaxConns)
 	if x.maxConns <= 0 {
 		x.maxConns = defaultMaxConns()
