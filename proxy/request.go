@@ -282,7 +282,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 	if host == "" {
 		host = d.Host
 	}
-	x.log.LogAttrs(ctx, level, "decision",
+	attrs := []slog.Attr{
 		slog.String("identity", rq.identity),
 		slog.String("method", rq.method),
 		slog.String("host", host),
@@ -300,7 +300,11 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		slog.Int64("bytes", in+out),
 		slog.String("detail", detail),
 		slog.Bool("inspected", rq.tunnel != nil),
-	)
+	}
+	if rq.source != "" {
+		attrs = append(attrs, slog.String("source", rq.source)) // the identity a token refined
+	}
+	x.log.LogAttrs(ctx, level, "decision", attrs...)
 	x.m.requests.WithLabelValues(decision, reason, d.PageType.String(), d.RuleName()).Inc()
 	if d.HighRisk {
 		x.m.highRisk.Inc()

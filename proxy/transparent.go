@@ -150,6 +150,7 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	if !x.isReady(c.RemoteAddr().String()) {
+		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, "not-ready", notReady, 0, 0)
 		return
 	}
@@ -182,18 +183,20 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	if x.ca == nil {
+		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, "inspection-unavailable", "", 0, 0)
 		return
 	}
 	cfg, err := x.ca.ServerConfig(t.Host())
 	if err != nil {
+		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, http.StatusBadGateway, "inspection-unavailable", err.Error(), 0, 0)
 		return
 	}
 	tc := tls.Server(client, cfg)
 	tc.SetDeadline(time.Now().Add(x.helloTimeout))
 	if err := tc.Handshake(); err != nil {
-		x.logDecisionReason(ctx, rq, 0, "tls-handshake", err.Error(), 0, 0)
+		x.cut(ctx, rq, "tls-handshake", err.Error())
 		return
 	}
 	tc.SetDeadline(time.Time{})
