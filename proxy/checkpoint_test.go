@@ -651,3 +651,25 @@ func FuzzStripSNIDot(f *testing.F) {
 		}
 	})
 }
+
+// TestStalledBodyCut: a client that sends a head and then stops sending
+// its body is closed after limits.idle_timeout.
+func TestStalledBodyCut(t *testing.T) {
+	cfg := strings.Replace(testConfig, "identities:\n", "limits:\n  idle_timeout: 300ms\nidentities:\n", 1)
+	h := newHarness(t, cfg, testNames)
+	port := h.plain.port()
+	for _, host := range []string{"allowed.test", "unlisted.test"} { // allowed, and denied before the body is read
+		c, err := net.Dial("tcp", h.proxyURL.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST http://%s:%s/up HTTP/1.1\r\nHost: %s:%s\r\nContent-Length: 100\r\n\r\nabc", host, port, host, port)
+		start := time.Now()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.ReadAll(c)
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("a stalled body to %s held its connection %s", host, took)
+		}
+	}
+}

@@ -306,6 +306,9 @@ func (x *Proxy) serveTunnelRequest(w http.ResponseWriter, r *http.Request, tun *
 		r.URL.Host = r.Host // checked against the tunnel's host by innerTarget
 	}
 	r.URL.Scheme = "https"
+	if bd := x.limitBody(r, isc.Conn); bd != nil {
+		defer bd.finish()
+	}
 	x.gp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyDecision, rq)))
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -121,4 +123,57 @@ func (x *Proxy) newScanConn(c net.Conn, headLimit int, tun *request) *scanConn {
 		c.Close()
 	}
 	return sc
+}
+
+// bodyDeadline bounds each read of a request body by the idle timeout: a
+// client that sends a head and then trickles (or stops) its body would
+// otherwise hold the connection for ever, since net/http puts no deadline
+// on body reads. The deadline is lifted once the body ends, before
+// net/http's background read of the next request starts; a body that
+// failed leaves the connection unreadable, so net/http's drain of the
+// rest ends too.
+type bodyDeadline struct {
+	io.ReadCloser
+	c    net.Conn
+	idle time.Duration
+	done atomic.Bool
+}
+
+func (b *bodyDeadline) Read(p []byte) (int, error) {
+	if b.done.Load() {
+		return b.ReadCloser.Read(p)
+	}
+	b.c.SetReadDeadline(time.Now().Add(b.idle))
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		b.done.Store(true)
+		b.c.SetReadDeadline(time.Time{})
+	case err != nil:
+		// Keep the deadline: net/http drains what is left of the body
+		// after the handler, and must not wait for it either.
+		b.done.Store(true)
+		b.c.SetReadDeadline(time.Now())
+	}
+	return n, err
+}
+
+// finish runs when the handler returns: a body not read to its end is
+// drained by net/http, which gets the same deadline.
+func (b *bodyDeadline) finish() {
+	if !b.done.Load() {
+		b.c.SetReadDeadline(time.Now().Add(b.idle))
+	}
+}
+
+// limitBody puts bodyDeadline on r's body when it has one; the caller
+// defers finish on the result (nil: nothing to do).
+func (x *Proxy) limitBody(r *http.Request, c net.Conn) *bodyDeadline {
+	idle := x.Policy().Limits.IdleTimeout
+	if c == nil || idle <= 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	b := &bodyDeadline{ReadCloser: r.Body, c: c, idle: idle}
+	r.Body = b
+	return b
 }

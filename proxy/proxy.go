@@ -333,6 +333,11 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		head, _ = sc.next()
 	}
+	if sc != nil {
+		if bd := x.limitBody(r, sc.Conn); bd != nil {
+			defer bd.finish()
+		}
+	}
 	rq := &request{start: start, method: r.Method, headBytes: head.size}
 	rq.identity, rq.source = x.identify(r)
 	if head.bad != "" {
