@@ -40,7 +40,7 @@ var errSNIMismatch = errors.New("TLS SNI does not name the CONNECT host")
 func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request) {
 	t, err := policy.ParseAuthority(r.RequestURI)
 	if err != nil {
-		x.writeDeny(w, r, rq, http.StatusForbidden, policy.ReasonBadTarget.String(), "", err.Error())
+		x.writeDeny(w, r, rq, policy.ReasonBadTarget, "", err.Error())
 		return
 	}
 	rq.target = t
@@ -52,13 +52,13 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		return
 	}
 	if !x.isReady(r.RemoteAddr) {
-		x.writeDeny(w, r, rq, http.StatusServiceUnavailable, "not-ready", rq.d.RuleName(), notReady)
+		x.writeDeny(w, r, rq, policy.ReasonNotReady, rq.d.RuleName(), policy.ReasonNotReady.Help())
 		return
 	}
 	var up net.Conn
 	if rq.d.Inspect {
 		if x.ca == nil {
-			x.writeDeny(w, r, rq, http.StatusForbidden, "inspection-unavailable", rq.d.RuleName(), "this rule needs TLS inspection and egressd has no CA")
+			x.writeDeny(w, r, rq, policy.ReasonInspectionUnavailable, rq.d.RuleName(), "this rule needs TLS inspection and egressd has no CA")
 			return
 		}
 		// Decide at CONNECT what can be decided: a name that resolves
@@ -81,7 +81,7 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		if up != nil {
 			up.Close()
 		}
-		x.logDecisionReason(r.Context(), rq, 0, "internal", "hijack: "+err.Error(), 0, 0)
+		x.logDecisionReason(r.Context(), rq, 0, policy.ReasonInternal, "hijack: "+err.Error(), 0, 0)
 		return
 	}
 	sc, ok := c.(*scanConn)
@@ -121,19 +121,19 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 // writeDialError answers a CONNECT whose target failed the address checks
 // or the dial.
 func (x *Proxy) writeDialError(w http.ResponseWriter, r *http.Request, rq *request, err error) {
-	status, reason := statusFor(err)
+	reason := reasonFor(err)
 	detail := err.Error()
 	var de *DenyError
 	if errors.As(err, &de) {
 		rq.d.HighRisk = de.HighRisk
 		detail = de.Detail
 	}
-	x.writeDeny(w, r, rq, status, reason, rq.d.RuleName(), detail)
+	x.writeDeny(w, r, rq, reason, rq.d.RuleName(), detail)
 }
 
 // writeDeny answers a refusal through the ResponseWriter and logs it.
-func (x *Proxy) writeDeny(w http.ResponseWriter, r *http.Request, rq *request, status int, reason, rule, detail string) {
-	writeResponse(w, x.deny(r, rq, status, reason, rule, detail))
+func (x *Proxy) writeDeny(w http.ResponseWriter, r *http.Request, rq *request, reason policy.Reason, rule, detail string) {
+	writeResponse(w, x.deny(r, rq, reason, rule, detail))
 }
 
 // writeResponse copies a built response (a refusal) to w and closes the
@@ -175,7 +175,7 @@ func (x *Proxy) holdTunnel(sc *scanConn, rq *request) {
 
 // cut ends a tunnel egressd refuses after the 200: it is a denial, logged,
 // counted and hash-chained as one, with its reason.
-func (x *Proxy) cut(ctx context.Context, rq *request, reason, detail string) {
+func (x *Proxy) cut(ctx context.Context, rq *request, reason policy.Reason, detail string) {
 	rq.d.Allow = false
 	x.logDecisionReason(ctx, rq, 0, reason, detail, 0, 0)
 }
@@ -189,7 +189,7 @@ func (x *Proxy) splice(ctx context.Context, sc *scanConn, up net.Conn, pre []byt
 	client := &replayConn{Conn: sc.Conn, pre: pre}
 	if rq.d.Rule.TLS {
 		hello, raw, err := peekClientHello(client, x.helloTimeout)
-		if reason, detail := x.checkHello(rq, hello, err); reason != "" {
+		if reason, detail := x.checkHello(rq, hello, err); reason != policy.ReasonAllowed {
 			x.cut(ctx, rq, reason, detail)
 			return
 		}
@@ -212,23 +212,23 @@ func (x *Proxy) splice(ctx context.Context, sc *scanConn, up net.Conn, pre []byt
 		x.logDecisionReason(ctx, rq, 0, ci.reason, ci.detail, in, out)
 		return
 	}
-	x.logDecisionReason(ctx, rq, http.StatusOK, "tunnel", idleDetail(idled, idle), in, out)
+	x.logDecisionReason(ctx, rq, http.StatusOK, policy.ReasonTunnel, idleDetail(idled, idle), in, out)
 }
 
 // checkHello decides a spliced tunnel's ClientHello: the reason to cut it,
-// or "" to let it through.
-func (x *Proxy) checkHello(rq *request, hello *tls.ClientHelloInfo, err error) (reason, detail string) {
+// or ReasonAllowed to let it through.
+func (x *Proxy) checkHello(rq *request, hello *tls.ClientHelloInfo, err error) (reason policy.Reason, detail string) {
 	switch {
 	case errors.Is(err, ErrNotTLS):
-		return "not-tls", "rule expects TLS; declare tls: false for raw TCP"
+		return policy.ReasonNotTLS, policy.ReasonNotTLS.Help()
 	case err != nil:
-		return "no-client-hello", err.Error()
+		return policy.ReasonNoClientHello, err.Error()
 	case !sniMatches(&rq.target, hello.ServerName):
-		return "sni-mismatch", fmt.Sprintf("SNI %q in a tunnel to %s", hello.ServerName, rq.target.Host())
+		return policy.ReasonSNIMismatch, fmt.Sprintf("SNI %q in a tunnel to %s", hello.ServerName, rq.target.Host())
 	case slices.Contains(hello.Extensions, extECH):
-		return "ech", "the ClientHello carries encrypted_client_hello: a host-only tunnel cannot see the real host"
+		return policy.ReasonECH, policy.ReasonECH.Help()
 	}
-	return "", ""
+	return policy.ReasonAllowed, ""
 }
 
 // inspect runs an inspected tunnel: a TLS handshake with egressd's CA
@@ -241,27 +241,27 @@ func (x *Proxy) inspect(ctx context.Context, sc *scanConn, pre []byte, rq *reque
 	client.SetReadDeadline(time.Now().Add(x.helloTimeout))
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(client, first); err != nil {
-		x.cut(ctx, rq, "no-client-hello", err.Error())
+		x.cut(ctx, rq, policy.ReasonNoClientHello, err.Error())
 		return
 	}
 	client.pre = append(first, client.pre...)
 	if first[0] != 0x16 {
 		// Cleartext inside a CONNECT to a TLS rule would be decided as
 		// https and then sent in cleartext to the TLS port: refuse it.
-		x.cut(ctx, rq, "not-tls", "an inspected tunnel carries TLS only")
+		x.cut(ctx, rq, policy.ReasonNotTLS, "an inspected tunnel carries TLS only")
 		io.WriteString(client, "HTTP/1.1 400 Bad Request\r\nX-Egressd-Deny: not-tls\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
 		return
 	}
 	cfg, err := x.mitmTLS(ctx, rq)
 	if err != nil {
-		x.cut(ctx, rq, "inspection-unavailable", err.Error())
+		x.cut(ctx, rq, policy.ReasonInspectionUnavailable, err.Error())
 		return
 	}
 	tc := tls.Server(client, cfg)
 	tc.SetDeadline(time.Now().Add(x.helloTimeout))
 	if err := tc.Handshake(); err != nil {
 		if !errors.Is(err, errSNIMismatch) { // logged by the SNI check
-			x.cut(ctx, rq, "tls-handshake", err.Error())
+			x.cut(ctx, rq, policy.ReasonTLSHandshake, err.Error())
 		}
 		return
 	}
@@ -299,7 +299,7 @@ func (x *Proxy) serveTunnelRequest(w http.ResponseWriter, r *http.Request, tun *
 	rq := &request{start: time.Now(), identity: tun.identity, source: tun.source, method: r.Method, tunnel: tun, headBytes: head.size}
 	rq.target = tun.target
 	if head.bad != "" {
-		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
+		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
 		return
 	}
 	if !r.URL.IsAbs() {
@@ -323,7 +323,7 @@ func (x *Proxy) mitmTLS(ctx context.Context, rq *request) (*tls.Config, error) {
 	cfg.NextProtos = []string{"http/1.1"}
 	cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 		if !sniMatches(&rq.target, h.ServerName) {
-			x.cut(ctx, rq, "sni-mismatch", fmt.Sprintf("SNI %q in a tunnel to %s", h.ServerName, rq.target.Host()))
+			x.cut(ctx, rq, policy.ReasonSNIMismatch, fmt.Sprintf("SNI %q in a tunnel to %s", h.ServerName, rq.target.Host()))
 			return nil, errSNIMismatch
 		}
 		return nil, nil

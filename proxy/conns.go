@@ -10,8 +10,9 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // Client connections are a shared resource: each holds a descriptor (two
@@ -25,20 +26,6 @@ import (
 // resolver and DNS sockets, the audit file, the admin endpoint.
 const fdReserve = 128
 
-// defaultMaxConns derives the connection cap from the descriptor limit:
-// two descriptors per connection (client and upstream) after the reserve.
-func defaultMaxConns() int64 {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
-		return 1024
-	}
-	n := (int64(rl.Cur) - fdReserve) / 2
-	if rl.Cur > 1<<30 {
-		n = 1 << 29
-	}
-	return max(n, 16)
-}
-
 // admit counts a new client connection against the global cap. Over the
 // cap it answers 503 and closes the connection itself; ok is false.
 func (x *Proxy) admit(c net.Conn) (release func(), ok bool) {
@@ -49,8 +36,8 @@ func (x *Proxy) admit(c net.Conn) (release func(), ok bool) {
 		// A short deadline: a client that does not read its 503 must not
 		// hold the accepting goroutine.
 		c.SetWriteDeadline(time.Now().Add(time.Second))
-		msg := fmt.Sprintf("egressd: 503 conn-cap: egressd has %d client connections open, its cap\n", x.maxConns)
-		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nX-Egressd-Deny: conn-cap\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
+		msg := fmt.Sprintf("egressd: 503 %s: egressd has %d client connections open, its cap\n", policy.ReasonConnCap, x.maxConns)
+		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nX-Egressd-Deny: %s\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", policy.ReasonConnCap, len(msg), msg)
 		c.Close()
 		return nil, false
 	}
@@ -87,7 +74,7 @@ func (r *rateLog) allow() (bool, int) {
 
 func (x *Proxy) logCapped(c net.Conn) {
 	if ok, n := x.capLog.allow(); ok {
-		x.log.Warn("connection refused: global connection cap reached", "reason", "conn-cap", "cap", x.maxConns, "client", c.RemoteAddr().String(), "suppressed", n)
+		x.log.Warn("connection refused: global connection cap reached", "reason", policy.ReasonConnCap.String(), "cap", x.maxConns, "client", c.RemoteAddr().String(), "suppressed", n)
 	}
 }
 
@@ -115,11 +102,12 @@ func (x *Proxy) newScanConn(c net.Conn, headLimit int, tun *request) *scanConn {
 		} else if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
 			rq.identity = x.sourceIdentity(ap.Addr())
 		}
-		x.logDecisionReason(context.Background(), rq, ref.status, ref.reason, ref.detail, 0, 0)
-		body := fmt.Sprintf("egressd: %d %s: %s\n", ref.status, ref.reason, ref.detail)
+		status := ref.reason.Status()
+		x.logDecisionReason(context.Background(), rq, status, ref.reason, ref.detail, 0, 0)
+		body := fmt.Sprintf("egressd: %d %s: %s\n", status, ref.reason, ref.detail)
 		c.SetWriteDeadline(time.Now().Add(time.Second))
 		fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nX-Egressd-Deny: %s\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s",
-			ref.status, http.StatusText(ref.status), ref.reason, len(body), body)
+			status, http.StatusText(status), ref.reason, len(body), body)
 		c.Close()
 	}
 	return sc

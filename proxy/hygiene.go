@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 
@@ -64,8 +63,8 @@ const (
 
 // refusal is a head the scanner refuses.
 type refusal struct {
-	status         int
-	reason, detail string
+	reason policy.Reason
+	detail string
 }
 
 func newScanConn(c net.Conn, headLimit int) *scanConn {
@@ -96,8 +95,8 @@ func (c *scanConn) Read(p []byte) (int, error) {
 }
 
 // refuseHead stops scanning and records why the head is refused.
-func (c *scanConn) refuseHead(status int, reason, detail string) {
-	c.refusal = &refusal{status, reason, detail}
+func (c *scanConn) refuseHead(reason policy.Reason, detail string) {
+	c.refusal = &refusal{reason, detail}
 	c.st = stDone
 	c.line = nil
 }
@@ -108,7 +107,7 @@ func (c *scanConn) refuseHead(status int, reason, detail string) {
 // not).
 func (c *scanConn) checkHeadSize(lineEnded bool) {
 	if c.headSize > c.headLimit {
-		c.refuseHead(http.StatusRequestHeaderFieldsTooLarge, "header-too-large", fmt.Sprintf("request head over limits.header_bytes (%d bytes)", c.headLimit))
+		c.refuseHead(policy.ReasonHeaderTooLarge, fmt.Sprintf("request head over limits.header_bytes (%d bytes)", c.headLimit))
 		return
 	}
 	if c.lineNo > 0 {
@@ -117,14 +116,14 @@ func (c *scanConn) checkHeadSize(lineEnded bool) {
 	line := bytes.TrimLeft(c.line, "\r\n")
 	if !lineEnded {
 		if len(line) > policy.MaxURLLen+maxMethodVersion {
-			c.refuseHead(http.StatusRequestURITooLong, "url-too-long", fmt.Sprintf("request target over %d bytes", policy.MaxURLLen))
+			c.refuseHead(policy.ReasonURLTooLong, fmt.Sprintf("request target over %d bytes", policy.MaxURLLen))
 		}
 		return
 	}
 	_, rest, _ := bytes.Cut(bytes.TrimSpace(line), []byte(" "))
 	target, _, _ := bytes.Cut(rest, []byte(" "))
 	if len(target) > policy.MaxURLLen {
-		c.refuseHead(http.StatusRequestURITooLong, "url-too-long", fmt.Sprintf("request target over %d bytes", policy.MaxURLLen))
+		c.refuseHead(policy.ReasonURLTooLong, fmt.Sprintf("request target over %d bytes", policy.MaxURLLen))
 	}
 }
 

@@ -19,21 +19,21 @@ func (x *Proxy) redecideTunnels(p *policy.Policy) {
 	for c, rq := range x.ids.openTunnels() {
 		t := rq.target
 		d := p.DecideTarget(&t)
-		reason, detail := "", ""
+		reason, detail := policy.ReasonAllowed, ""
 		switch {
 		case !d.Allow:
-			reason, detail = d.Reason.String(), "closed on reload: the new policy denies this tunnel"
+			reason, detail = d.Reason, "closed on reload: the new policy denies this tunnel"
 		case d.Inspect != rq.d.Inspect:
-			reason, detail = "reload", fmt.Sprintf("closed on reload: the tunnel's rule is now %s", mode(d.Inspect))
+			reason, detail = policy.ReasonReload, fmt.Sprintf("closed on reload: the tunnel's rule is now %s", mode(d.Inspect))
 		case rq.upAddr.IsValid():
 			if ok, info := p.CheckAddr(d.Rule, rq.upAddr.Addr()); !ok {
-				reason, detail = policy.ReasonSpecialAddr.String(), fmt.Sprintf("closed on reload: %s (%s) is not allowed by the new policy", rq.upAddr.Addr(), info.Class)
+				reason, detail = policy.ReasonSpecialAddr, fmt.Sprintf("closed on reload: %s (%s) is not allowed by the new policy", rq.upAddr.Addr(), info.Class)
 				if info.Class == policy.ClassHighRisk {
-					reason = policy.ReasonHighRisk.String()
+					reason = policy.ReasonHighRisk
 				}
 			}
 		}
-		if reason == "" {
+		if reason == policy.ReasonAllowed {
 			continue
 		}
 		x.cutTunnel(c, rq, reason, detail)
@@ -50,7 +50,7 @@ func mode(inspect bool) string {
 // cutTunnel closes an open tunnel egressd no longer allows. A spliced
 // tunnel logs its end as a denial with this reason (and its byte counts);
 // an inspected one is logged here.
-func (x *Proxy) cutTunnel(c net.Conn, rq *request, reason, detail string) {
+func (x *Proxy) cutTunnel(c net.Conn, rq *request, reason policy.Reason, detail string) {
 	rq.cutBy.Store(&cutInfo{reason, detail})
 	if rq.d.Inspect {
 		lr := &request{start: rq.start, identity: rq.identity, source: rq.source, target: rq.target, d: rq.d, method: rq.method}
@@ -61,4 +61,7 @@ func (x *Proxy) cutTunnel(c net.Conn, rq *request, reason, detail string) {
 }
 
 // cutInfo is why egressd closed an open tunnel.
-type cutInfo struct{ reason, detail string }
+type cutInfo struct {
+	reason policy.Reason
+	detail string
+}
