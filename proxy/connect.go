@@ -21,11 +21,6 @@ import (
 // a silent tunnel stays open (the self-test probes it).
 const HelloTimeout = 5 * time.Second
 
-// headTimeout bounds how long a client may take to send a request head,
-// the CONNECT line included, from its first byte or the end of the last
-// response.
-const headTimeout = 10 * time.Second
-
 // extECH is the TLS encrypted_client_hello extension (RFC 9849).
 const extECH = 0xfe0d
 
@@ -51,8 +46,8 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		writeResponse(w, x.denyDecision(r, rq))
 		return
 	}
-	if !x.isReady(r.RemoteAddr) {
-		x.writeDeny(w, r, rq, policy.ReasonNotReady, rq.d.RuleName(), policy.ReasonNotReady.Help())
+	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
+		x.writeDeny(w, r, rq, reason, rq.d.RuleName(), detail)
 		return
 	}
 	var up net.Conn
@@ -274,13 +269,14 @@ func (x *Proxy) inspect(ctx context.Context, sc *scanConn, pre []byte, rq *reque
 // serveInner serves the HTTP/1.1 requests on a terminated TLS connection
 // with the limits of the proxy listener: the head bounded by
 // limits.header_bytes (431 or 414 from the scanner, with X-Egressd-Deny),
-// headTimeout for each head, limits.idle_timeout between requests.
+// limits.request_header_timeout for each head, limits.idle_timeout
+// between requests.
 func (x *Proxy) serveInner(tc net.Conn, tun *request, h func(http.ResponseWriter, *http.Request, *scanConn)) {
 	lim := x.Policy().Limits
 	isc := x.newScanConn(tc, lim.HeaderBytes, tun)
 	inner := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, isc) }),
-		ReadHeaderTimeout: x.headTimeout,
+		ReadHeaderTimeout: lim.RequestHeaderTimeout,
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    lim.HeaderBytes,
 		ErrorLog:          x.errorLog,

@@ -11,45 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/egressd/egressd/policy"
 )
-
-// Client connections are a shared resource: each holds a descriptor (two
-// while a tunnel is open), and a process out of descriptors cannot accept,
-// resolve or dial for anyone. A global cap refuses the connection over it
-// with 503 (reason conn-cap) before it can starve the rest; the
-// per-identity budget (limits.conns_per_identity) keeps one sandbox from
-// taking the whole cap.
-
-// fdReserve is the descriptors kept out of the connection cap: listeners,
-// resolver and DNS sockets, the audit file, the admin endpoint.
-const fdReserve = 128
-
-// admit counts a new client connection against the global cap. Over the
-// cap it answers 503 and closes the connection itself; ok is false.
-func (x *Proxy) admit(c net.Conn) (release func(), ok bool) {
-	if n := x.conns.Add(1); n > x.maxConns {
-		x.conns.Add(-1)
-		x.m.connsRefused.Inc()
-		x.logCapped(c)
-		// A short deadline: a client that does not read its 503 must not
-		// hold the accepting goroutine.
-		c.SetWriteDeadline(time.Now().Add(time.Second))
-		msg := fmt.Sprintf("egressd: 503 %s: egressd has %d client connections open, its cap\n", policy.ReasonConnCap, x.maxConns)
-		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nX-Egressd-Deny: %s\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", policy.ReasonConnCap, len(msg), msg)
-		c.Close()
-		return nil, false
-	}
-	x.m.openConns.Inc()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			x.conns.Add(-1)
-			x.m.openConns.Dec()
-		})
-	}, true
-}
 
 // rateLog logs an event at most once a second, with the count of those
 // it did not log.
@@ -72,12 +34,6 @@ func (r *rateLog) allow() (bool, int) {
 	return true, n
 }
 
-func (x *Proxy) logCapped(c net.Conn) {
-	if ok, n := x.capLog.allow(); ok {
-		x.log.Warn("connection refused: global connection cap reached", "reason", policy.ReasonConnCap.String(), "cap", x.maxConns, "client", c.RemoteAddr().String(), "suppressed", n)
-	}
-}
-
 // acceptError logs and counts a listener's accept failure (out of
 // descriptors, above all); a closed listener is not one.
 func (x *Proxy) acceptError(listener string, err error) {
@@ -86,7 +42,7 @@ func (x *Proxy) acceptError(listener string, err error) {
 	}
 	x.m.acceptErrors.Inc()
 	if ok, n := x.acceptLog.allow(); ok {
-		x.log.Error("accept failed", "listener", listener, "err", err, "suppressed", n, "open_conns", x.conns.Load())
+		x.log.Error("accept failed", "listener", listener, "err", err, "suppressed", n)
 	}
 }
 

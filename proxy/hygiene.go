@@ -36,7 +36,6 @@ type scanConn struct {
 	mu       sync.Mutex
 	heads    []headInfo // parsed but not yet claimed by a handler
 	onClose  func()
-	release  func()   // gives back the global connection slot
 	refusal  *refusal // set by scan: the head is over a limit
 	refused  error    // returned by every Read once the refusal is sent
 	onRefuse func(refusal)
@@ -323,18 +322,15 @@ func (c *scanConn) setOnClose(f func()) {
 	c.mu.Unlock()
 }
 
-// Close closes the connection and runs the close hooks once.
+// Close closes the connection and runs the close hook once.
 func (c *scanConn) Close() error {
 	err := c.Conn.Close()
 	c.mu.Lock()
-	f, rel := c.onClose, c.release
-	c.onClose, c.release = nil, nil
+	f := c.onClose
+	c.onClose = nil
 	c.mu.Unlock()
 	if f != nil {
 		f()
-	}
-	if rel != nil {
-		rel()
 	}
 	return err
 }

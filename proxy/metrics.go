@@ -11,9 +11,9 @@ type metrics struct {
 	bytesOut        prometheus.Counter
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
-	openConns       prometheus.Gauge
-	connsRefused    prometheus.Counter
 	acceptErrors    prometheus.Counter
+	responsesCut    *prometheus.CounterVec
+	shed            prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,19 +34,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressd_decision_seconds", Help: "Time from request to policy decision.",
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 0.1},
 		}),
-		openConns: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egressd_open_connections", Help: "Client connections open now, on all proxy and transparent listeners.",
-		}),
-		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "egressd_connections_refused_total", Help: "Client connections refused with 503 at the global connection cap.",
-		}),
 		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressd_accept_errors_total", Help: "Failed accepts on the proxy and transparent listeners (out of descriptors, above all).",
+		}),
+		responsesCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_responses_cut_total", Help: "Allowed responses cut short by egressd: a limits.response_* bound, or the client left.",
+		}, []string{"why"}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_connections_shed_total", Help: "Client connections answered 503 fd-limit: too few file descriptors left above the reserve.",
 		}),
 	}
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.openConns, m.connsRefused, m.acceptErrors)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.acceptErrors)
 	}
 	return m
 }

@@ -50,19 +50,26 @@ type Config struct {
 	// — denials still get their 403, which is never less safe. nil: always
 	// ready.
 	Ready func() bool
+	// Gate, when set, is asked about every allowed request or tunnel with
+	// the very policy that decided it: a non-empty reason refuses it with
+	// 503 and that reason (e.g. "not-ready" for a policy whose self-test
+	// has not passed, "audit-unavailable"). Asking with the deciding policy,
+	// not a separate flag, is what makes a reload's swap and its gate one
+	// step. nil: no gate.
+	Gate func(p *policy.Policy) (reason policy.Reason, detail string)
 	// ReadyExempt lets a client connection (by its remote address) through
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
 	ReadyExempt func(remote netip.AddrPort) bool
-	// MaxConns caps the client connections open at once on all of the
-	// proxy's listeners: one more gets 503 (reason conn-cap) and is
-	// counted. 0: derived from the process's descriptor limit
-	// (defaultMaxConns).
-	MaxConns int
+	// FDReserve is how many file descriptors the proxy leaves to the rest
+	// of egressd (admin endpoint, netlink, audit log, DNS): below it new
+	// clients are shed with 503 fd-limit. 0: 128; negative: no shedding.
+	FDReserve int
+	// FDLimit replaces the soft RLIMIT_NOFILE as the ceiling (tests).
+	FDLimit func() int
 	// HelloTimeout bounds the wait for a tunnel's ClientHello and
-	// inspected handshake; HeadTimeout the wait for a request head. 0:
-	// the defaults (HelloTimeout, headTimeout); tests shorten them.
-	HelloTimeout, HeadTimeout time.Duration
+	// inspected handshake. 0: HelloTimeout; tests shorten it.
+	HelloTimeout time.Duration
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -77,16 +84,15 @@ type Proxy struct {
 	log    *slog.Logger
 	m      *metrics
 	ready  func() bool
+	gate   func(*policy.Policy) (policy.Reason, string)
 	exempt func(netip.AddrPort) bool
 	ids    *tracker
+	fds    *fdGuard
 
 	errorLog *log.Logger // net/http's own errors, into the proxy's log
 
-	helloTimeout, headTimeout time.Duration
+	helloTimeout time.Duration
 
-	conns     atomic.Int64 // client connections open now, all listeners
-	maxConns  int64
-	capLog    rateLog
 	acceptLog rateLog
 
 	mu      sync.Mutex
@@ -109,6 +115,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		log:    cfg.Logger,
 		m:      newMetrics(cfg.Registry),
 		ready:  cfg.Ready,
+		gate:   cfg.Gate,
 		exempt: cfg.ReadyExempt,
 		ids:    newTracker(),
 		self:   map[netip.AddrPort]bool{},
@@ -117,10 +124,16 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		x.log = slog.New(slog.DiscardHandler)
 	}
 	x.errorLog = slog.NewLogLogger(x.log.With("source", "net/http").Handler(), slog.LevelDebug)
-	x.helloTimeout, x.headTimeout = cmp.Or(cfg.HelloTimeout, HelloTimeout), cmp.Or(cfg.HeadTimeout, headTimeout)
-	x.maxConns = int64(cfg.MaxConns)
-	if x.maxConns <= 0 {
-		x.maxConns = defaultMaxConns()
+	x.helloTimeout = cmp.Or(cfg.HelloTimeout, HelloTimeout)
+	x.fds = &fdGuard{limit: fdLimit, count: fdCount, reserve: cfg.FDReserve}
+	switch {
+	case cfg.FDReserve == 0:
+		x.fds.reserve = defaultFDReserve
+	case cfg.FDReserve < 0:
+		x.fds.limit = func() int { return 0 }
+	}
+	if cfg.FDLimit != nil && cfg.FDReserve >= 0 {
+		x.fds.limit = cfg.FDLimit
 	}
 	x.pol.Store(p)
 	x.dialer = &checkedDialer{
@@ -131,16 +144,17 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
-		Proxy:                 nil, // never chain through environment proxies
-		DialContext:           x.dialUpstream,
-		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     false,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64, // Go's default of 2 throttles a proxy
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // never chain through environment proxies
+		DialContext:            x.dialUpstream,
+		TLSClientConfig:        &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      false,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    64, // Go's default of 2 throttles a proxy
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  p.Limits.ResponseHeaderTimeout, // at start; request.go follows reloads
+		MaxResponseHeaderBytes: int64(p.Limits.ResponseHeaderBytes),
+		ExpectContinueTimeout:  time.Second,
 	}
 	x.up = &upstream{dial: x.dialDecided, limits: x.tr}
 	gp := goproxy.NewProxyHttpServer()
@@ -207,7 +221,7 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 	p := x.Policy()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: x.headTimeout,
+		ReadHeaderTimeout: p.Limits.RequestHeaderTimeout,
 		IdleTimeout:       p.Limits.IdleTimeout,
 		// The scanner refuses a head over the limit first (431 with
 		// X-Egressd-Deny); Go's own limit (this plus 4096) is never
@@ -219,7 +233,8 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 		},
 	}
 	x.track(srv)
-	return srv.Serve(&scanListener{Listener: l, x: x, name: l.Addr().String()})
+	shed := &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc}
+	return srv.Serve(&scanListener{Listener: shed, x: x, name: l.Addr().String()})
 }
 
 // Shutdown stops accepting, closes open tunnels, and waits for requests.
@@ -236,9 +251,9 @@ func (x *Proxy) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// scanListener wraps each accepted connection in a scanConn, counts it
-// against the global cap, and logs and counts accept errors (net/http
-// retries the temporary ones, such as running out of descriptors).
+// scanListener wraps each accepted connection in a scanConn, and logs and
+// counts accept errors (net/http retries the temporary ones, such as
+// running out of descriptors).
 type scanListener struct {
 	net.Listener
 	x    *Proxy
@@ -252,13 +267,7 @@ func (l *scanListener) Accept() (net.Conn, error) {
 			l.x.acceptError(l.name, err)
 			return nil, err
 		}
-		release, ok := l.x.admit(c)
-		if !ok {
-			continue
-		}
-		sc := l.x.newScanConn(c, l.x.Policy().Limits.HeaderBytes, nil)
-		sc.release = release
-		return sc, nil
+		return l.x.newScanConn(c, l.x.Policy().Limits.HeaderBytes, nil), nil
 	}
 }
 
@@ -321,6 +330,9 @@ type request struct {
 	// headBytes is the size of the request head the client sent (data
 	// out, like the body).
 	headBytes int
+	// w answers a plain request (nil inside tunnels): a slow response's
+	// head is flushed through it.
+	w http.ResponseWriter
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -340,7 +352,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			defer bd.finish()
 		}
 	}
-	rq := &request{start: start, method: r.Method, headBytes: head.size}
+	rq := &request{start: start, method: r.Method, headBytes: head.size, w: w}
 	rq.identity, rq.source = x.identify(r)
 	if head.bad != "" {
 		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
@@ -503,15 +515,22 @@ func denyResponse(r *http.Request, reason policy.Reason, rule, detail, help stri
 	return resp
 }
 
-// isReady applies the Ready gate for a client at remote (host:port),
-// letting exempt connections through.
-func (x *Proxy) isReady(remote string) bool {
-	if x.ready == nil || x.ready() {
-		return true
+// refusal applies the Ready gate and the Gate to an allowed request or
+// tunnel decided by p for a client at remote (host:port): "" lets it
+// through, else the reason and detail of its 503. The self-test's own
+// connections are exempt.
+func (x *Proxy) refusal(p *policy.Policy, remote string) (reason policy.Reason, detail string) {
+	switch {
+	case x.ready != nil && !x.ready():
+		reason, detail = policy.ReasonNotReady, policy.ReasonNotReady.Help()
+	case x.gate != nil:
+		reason, detail = x.gate(p)
 	}
-	if x.exempt == nil {
-		return false
+	if !reason.Denies() || x.exempt == nil {
+		return reason, detail
 	}
-	ap, err := netip.ParseAddrPort(remote)
-	return err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	if ap, err := netip.ParseAddrPort(remote); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
+		return policy.ReasonAllowed, ""
+	}
+	return reason, detail
 }

@@ -72,6 +72,7 @@ func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme s
 // requests inside as absolute-form https requests.
 func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
 	x.AddListener(l.Addr())
+	l = &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc} // the descriptor reserve, as on the proxy port
 	var backoff time.Duration
 	for {
 		c, err := l.Accept()
@@ -87,24 +88,8 @@ func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
 			continue
 		}
 		backoff = 0
-		release, ok := x.admit(c)
-		if !ok {
-			continue
-		}
-		go x.transparentTLS(&countedConn{Conn: c, release: release}, origPort)
+		go x.transparentTLS(c, origPort)
 	}
-}
-
-// countedConn gives back its global connection slot when closed.
-type countedConn struct {
-	net.Conn
-	release func()
-}
-
-func (c *countedConn) Close() error {
-	err := c.Conn.Close()
-	c.release()
-	return err
 }
 
 func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
@@ -149,9 +134,9 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)
 		return
 	}
-	if !x.isReady(c.RemoteAddr().String()) {
+	if reason, detail := x.refusal(p, c.RemoteAddr().String()); reason.Denies() {
 		rq.d.Allow = false
-		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, policy.ReasonNotReady, policy.ReasonNotReady.Help(), 0, 0)
+		x.logDecisionReason(ctx, rq, reason.Status(), reason, detail, 0, 0)
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}

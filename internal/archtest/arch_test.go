@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"event":           {},
 	"proxy":           {"policy", "event"},
 	"dnsfilter":       {"policy"},
-	"daemon":          {"policy", "proxy", "dnsfilter"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit"},
 	"deploy":          {},
 
 	"cmd/egressd": {anyPackage},
