@@ -72,7 +72,6 @@ func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme s
 // requests inside as absolute-form https requests.
 func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
 	x.AddListener(l.Addr())
-	l = &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc} // the descriptor reserve, as on the proxy port
 	var backoff time.Duration
 	for {
 		c, err := l.Accept()
@@ -88,6 +87,11 @@ func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
 			continue
 		}
 		backoff = 0
+		if !x.fds.admit(time.Now()) { // a TLS client cannot read a 503: close
+			x.m.shed.Inc()
+			c.Close()
+			continue
+		}
 		go x.transparentTLS(c, origPort)
 	}
 }
