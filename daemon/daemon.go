@@ -281,6 +281,8 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 			return fmt.Errorf("listen dns tcp %s: %w", p.Listen.DNS, err)
 		}
 		d.dnsAddr = udp.LocalAddr().String()
+		d.px.AddListener(udp.LocalAddr())
+		d.px.AddListener(tcp.Addr())
 		go func() { errc <- d.dns.Serve(udp, tcp) }()
 	}
 	if p.Listen.Admin != "" {
@@ -289,6 +291,7 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 			return fmt.Errorf("listen admin %s: %w", p.Listen.Admin, err)
 		}
 		d.adminAddr = al.Addr().String()
+		d.px.AddListener(al.Addr()) // no rule reaches it through the proxy (proxy-loop)
 		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- d.admin.Serve(al) }()
 	}

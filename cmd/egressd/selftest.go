@@ -23,6 +23,7 @@ import (
 	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/sandbox"
 	"github.com/egressd/egressd/selftest"
 )
@@ -292,7 +293,47 @@ func selftestConfig(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 		}
 	}
 	c.Refused = refusedRequests(p)
+	c.Own = ownListeners(p)
+	c.InspectHost, c.HeadBytes = inspectHost(p), p.Limits.HeaderBytes
+	c.SilentHost, c.SilentDeadline = cmpOr(c.InspectHost, c.SNIHost), proxy.HelloTimeout
 	return c
+}
+
+// ownListeners are egressd's admin and DNS listeners as the proxy would
+// dial them (an unspecified bind: loopback): none may be reachable through
+// the proxy.
+func ownListeners(p *policy.Policy) []string {
+	var out []string
+	for _, a := range []string{p.Listen.Admin, p.Listen.DNS} {
+		h, port, err := net.SplitHostPort(a)
+		if err != nil || port == "0" {
+			continue
+		}
+		if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
+			h = "127.0.0.1"
+		}
+		out = append(out, net.JoinHostPort(h, port))
+	}
+	return out
+}
+
+// inspectHost picks host:port of an inspected rule on 443 (the first exact
+// host), for the inner head-limit probe; "" when the policy has none.
+func inspectHost(p *policy.Policy) string {
+	for _, r := range p.Rules {
+		h := ruleHost(r)
+		if h == "" || !r.AllowsPort(443) {
+			continue
+		}
+		t, err := policy.ParseAuthority(h + ":443")
+		if err != nil {
+			continue
+		}
+		if d := p.DecideTarget(&t); d.Allow && d.Inspect {
+			return h + ":443"
+		}
+	}
+	return ""
 }
 
 // sniHost picks host:port of a spliced (host-only, TLS) tunnel: an
