@@ -65,6 +65,9 @@ type Options struct {
 	ProxyListener net.Listener
 	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
 	ProxyConfig proxy.Config
+	// Booted, when set, is called once the boot self-test has set the
+	// readiness (`egressd run` starts its command only then).
+	Booted func(Verdict)
 }
 
 // Daemon is a running egressd serve.
@@ -264,10 +267,16 @@ func (d *Daemon) boot(ctx context.Context) {
 		d.log.Warn(noSelftestWarning)
 		d.setStatus(noSelftestWarning)
 		d.ready.Store(true)
+		if d.opt.Booted != nil {
+			d.opt.Booted(Verdict{Sealed: true, Note: noSelftestWarning})
+		}
 		return
 	}
 	v := d.verify(ctx, "boot", d.Policy())
 	d.setReadiness(v)
+	if d.opt.Booted != nil {
+		d.opt.Booted(v)
+	}
 }
 
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/internal/testnet"
+	"github.com/egressd/egressd/runbox"
 	"github.com/egressd/egressd/sandbox"
 )
 
@@ -93,7 +94,7 @@ allow:
 		t.Fatalf("baseline: the topology's own sandbox cannot reach the origin: %v", err)
 	}
 	c.Close()
-	if leftovers, _ := filepath.Glob("/run/netns/" + runNSPrefix + "*"); len(leftovers) > 0 {
+	if leftovers, _ := filepath.Glob("/run/netns/" + runbox.NSPrefix + "*"); len(leftovers) > 0 {
 		for _, l := range leftovers {
 			if strings.Contains(l, "-run") {
 				t.Logf("note: namespaces left by other runs: %v", leftovers)

@@ -98,13 +98,13 @@ func cmdSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 // the direct-route probes reported as not run, otherwise), append the run
 // to the history, and turn the report into the daemon's verdict. An
 // incomplete run is never a sealed one.
-func wireSelftest(opt *daemon.Options, stateDir string) {
+func wireSelftest(opt *daemon.Gateway, stateDir string) {
 	if opt.NoSelftest {
 		return
 	}
 	log := opt.Logger
 	walls := opt.Walls != nil
-	opt.ProxyConfig.ReadyExempt = probeConns.has
+	opt.ReadyExempt = probeConns.has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
 		rep, mode, err := runSelftest(ctx, p, stateDir, walls)
 		if err == nil {
@@ -666,7 +666,7 @@ func loopbackDialer() selftest.DialFunc {
 }
 
 func listenAddrPort(hp string) (netip.AddrPort, error) {
-	a, port, err := listenAddr(hp)
+	a, port, err := daemon.ListenAddr(hp)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/sandbox"
@@ -337,7 +338,7 @@ func TestServeSelftest(t *testing.T) {
 	}
 	// ...the walls are the old ones, and the catalog is sealed again
 	p := mustPolicy(t, strings.NewReplacer("{CA}", "/dev/null", "{PREFIX}", l.topo.IfPrefix, "{EXTRA}", "").Replace(stConfig))
-	spec, err := wallSpec(p)
+	spec, err := daemon.WallSpec(p)
 	if err != nil {
 		t.Fatal(err)
 	}

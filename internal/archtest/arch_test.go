@@ -49,6 +49,7 @@ var allowed = map[string][]string{
 	"dnsfilter": {"policy"},
 	"selftest":  {},
 	"audit":     {},
+	"runbox":    {"ca", "daemon", "nft", "policy", "sandbox"},
 }
 
 func TestDependencyDirection(t *testing.T) {
