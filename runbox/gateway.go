@@ -19,15 +19,25 @@ const DefaultProxyPort = 3128
 // other key is the config's own, and [daemon.NewGateway] consumes it as
 // it does for serve. The admin endpoint is off: the run is one command,
 // not a service.
-func Policy(p *policy.Policy, gw netip.Addr) *policy.Policy {
+//
+// Transparent mode is on (unless transparent is false): the sandbox is
+// egressd's own namespace, so clients that ignore proxy variables have
+// their TCP 443 and 80 redirected to the checkpoint instead of failing.
+func Policy(p *policy.Policy, gw netip.Addr, transparent bool) *policy.Policy {
 	q := *p
-	port := uint16(DefaultProxyPort)
-	if _, pp, err := daemon.ListenAddr(p.Listen.Proxy); err == nil {
-		port = pp
+	port := func(hp string, def uint16) string {
+		if _, pp, err := daemon.ListenAddr(hp); err == nil {
+			def = pp
+		}
+		return netip.AddrPortFrom(gw, def).String()
 	}
 	q.Listen = policy.Listen{
-		Proxy: netip.AddrPortFrom(gw, port).String(),
+		Proxy: port(p.Listen.Proxy, DefaultProxyPort),
 		DNS:   netip.AddrPortFrom(gw, 53).String(), // resolv.conf names no port
+	}
+	if transparent {
+		q.Listen.Transparent = port(p.Listen.Transparent, DefaultProxyPort+1)
+		q.Listen.TransparentHTTP = port(p.Listen.TransparentHTTP, DefaultProxyPort+2)
 	}
 	return &q
 }
@@ -47,37 +57,6 @@ func Spec(rp *policy.Policy, table string, link *sandbox.Link) (nft.Spec, error)
 	s.IfPrefixes = []string{link.GatewayName}
 	s.SourceCIDRs, s.UIDs = nil, nil
 	return s, s.Validate()
-}
-
-// Env points every common client at the proxy and at a CA bundle that adds
-// egressd's CA to the system roots.
-func Env(env []string, proxyURL, bundle string) []string {
-	set := map[string]string{
-		"HTTP_PROXY": proxyURL, "HTTPS_PROXY": proxyURL, "ALL_PROXY": proxyURL, "NO_PROXY": "",
-		"http_proxy": proxyURL, "https_proxy": proxyURL, "all_proxy": proxyURL, "no_proxy": "",
-		"SSL_CERT_FILE": bundle, "REQUESTS_CA_BUNDLE": bundle, "PIP_CERT": bundle,
-		"NODE_EXTRA_CA_CERTS": bundle, "CURL_CA_BUNDLE": bundle, "GIT_SSL_CAINFO": bundle,
-	}
-	out := make([]string, 0, len(env)+len(set))
-	for _, kv := range env {
-		k, _, _ := cutEnv(kv)
-		if _, ok := set[k]; !ok {
-			out = append(out, kv)
-		}
-	}
-	for k, v := range set {
-		out = append(out, k+"="+v)
-	}
-	return out
-}
-
-func cutEnv(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
 }
 
 // systemBundles are where Debian, Fedora and Alpine keep the system roots.

@@ -21,7 +21,7 @@ func TestPolicyOnlyMovesListen(t *testing.T) {
 	}
 	p.UpstreamCA = "/etc/egressd/upstream-ca.pem"
 	gw := netip.MustParseAddr("10.201.0.9")
-	q := Policy(p, gw)
+	q := Policy(p, gw, true)
 	pv, qv := reflect.ValueOf(p).Elem(), reflect.ValueOf(q).Elem()
 	for i := range pv.NumField() {
 		f := pv.Type().Field(i)
@@ -40,6 +40,9 @@ func TestPolicyOnlyMovesListen(t *testing.T) {
 	}
 	if q.Listen.Admin != "" {
 		t.Errorf("listen.admin: got %q, want off", q.Listen.Admin)
+	}
+	if q.Listen.Transparent != "10.201.0.9:3129" || q.Listen.TransparentHTTP != "10.201.0.9:3130" {
+		t.Errorf("transparent listeners: got %q %q", q.Listen.Transparent, q.Listen.TransparentHTTP)
 	}
 	if p.Listen == q.Listen {
 		t.Error("the run's policy shares the config's listen addresses")

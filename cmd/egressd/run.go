@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/egressd/egressd/runbox"
@@ -20,10 +21,16 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 	cfg := configFlag(fs)
 	userFlag := fs.String("user", "", "run CMD as this user (default: $SUDO_USER, else nobody); \"root\" lets CMD leave the sandbox and is refused")
 	stateDir := fs.String("state-dir", defaultStateDir(), "directory for egressd's CA (shared with serve)")
-	level := fs.String("log-level", "warn", "egressd's own log level (debug, info, warn, error); logs go to stderr")
+	level := fs.String("log-level", "warn", "egressd's own log level on the terminal (debug, info, warn, error); decisions go to --log only")
+	logFile := fs.String("log", "", "write every log line, decisions included, to FILE (default: <state-dir>/run.log)")
+	cleanEnv := fs.Bool("clean-env", false, "start CMD from a minimal environment (PATH, HOME, TERM, locale, USER, SHELL, TZ) instead of the host's")
+	var keep stringList
+	fs.Var(&keep, "env", "pass variable KEY from the host environment (repeatable; with --clean-env, or to silence the credential warning)")
+	noProbe := fs.Bool("no-probe", false, "start CMD without proving the sandbox sealed first (loudly)")
+	noTransparent := fs.Bool("no-transparent", false, "do not redirect the sandbox's TCP 443 and 80 to the checkpoint")
 	argv, err := parseRunArgs(fs, args)
 	if err != nil || len(argv) == 0 {
-		fmt.Fprintln(stderr, "usage: egressd run [--config FILE] [--user U] [--state-dir D] -- CMD [ARGS...]")
+		fmt.Fprintln(stderr, "usage: egressd run [--config FILE] [--user U] [--state-dir D] [--log FILE] [--clean-env] [--env KEY]... [--no-probe] [--no-transparent] -- CMD [ARGS...]")
 		return exitUsage
 	}
 	log, err := newLogger(stderr, *level)
@@ -46,15 +53,28 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return exitUsage
 	}
 	code, err := runbox.Run(ctx, runbox.Config{
-		Policy: p, Logger: log, StateDir: *stateDir, Cred: cred, Argv: argv,
-		Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Policy: p, Logger: log, LogFile: *logFile, StateDir: *stateDir, Cred: cred, Argv: argv,
+		Env: os.Environ(), CleanEnv: *cleanEnv, KeepEnv: keep, NoTransparent: *noTransparent,
+		Probe: runProbe(*stateDir, stderr), NoProbe: *noProbe, ReadyExempt: probeConns.has,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: stderr,
 	})
+	var ns *runbox.NotSealedError
+	if errors.As(err, &ns) {
+		fmt.Fprintf(stderr, "egressd run: %v\n", err)
+		return runbox.ExitNotSealed
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "egressd run: %v\n", err)
 		return exitUsage
 	}
 	return code
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // parseRunArgs splits flags from the command after "--".
 func parseRunArgs(fs interface{ Parse([]string) error }, args []string) ([]string, error) {

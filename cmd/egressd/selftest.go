@@ -567,14 +567,26 @@ func openProbeEnv(p *policy.Policy, namespace bool) (*probeEnv, error) {
 		closeNS()
 		return nil, err
 	}
+	e := nsProbeEnv(ns)
+	e.close = func() {
+		// Now, rather than when the kernel gets round to the dead
+		// namespace, so the next run finds the slot free.
+		link.Delete()
+		closeNS()
+	}
+	// The proxy and the resolver as a sandbox on this link sees them. One
+	// listening on loopback only is out of every sandbox's reach: its
+	// probes then run from here, over loopback.
+	e.proxy, e.proxyDial = seenFrom(proxyAP, link, e.dial, local)
+	e.dns, e.dnsDial = seenFrom(dnsAP, link, e.dial, local)
+	return e, nil
+}
+
+// nsProbeEnv is a probe environment whose every socket is created in ns:
+// a probe namespace, or an `egressd run` sandbox itself.
+func nsProbeEnv(ns *sandbox.NS) *probeEnv {
 	d := &sandbox.Dialer{NS: ns}
-	e := &probeEnv{mode: modeNamespace, dial: d.DialContext,
-		close: func() {
-			// Now, rather than when the kernel gets round to the dead
-			// namespace, so the next run finds the slot free.
-			link.Delete()
-			closeNS()
-		},
+	return &probeEnv{mode: modeNamespace, dial: d.DialContext, close: func() {},
 		listenICMP: func(network string) (net.PacketConn, error) {
 			var pc net.PacketConn
 			err := sandbox.Do(ns, func() error {
@@ -585,12 +597,6 @@ func openProbeEnv(p *policy.Policy, namespace bool) (*probeEnv, error) {
 			})
 			return pc, err
 		}}
-	// The proxy and the resolver as a sandbox on this link sees them. One
-	// listening on loopback only is out of every sandbox's reach: its
-	// probes then run from here, over loopback.
-	e.proxy, e.proxyDial = seenFrom(proxyAP, link, d.DialContext, local)
-	e.dns, e.dnsDial = seenFrom(dnsAP, link, d.DialContext, local)
-	return e, nil
 }
 
 // wireProbeLink wires the probe namespace on one of the last slots of the
