@@ -207,7 +207,7 @@ func recordRun(stateDir, source, mode string, p *policy.Policy, rep *selftest.Re
 
 // historyLine is one line of the history file.
 type historyLine struct {
-	Source string           `json:"source"` // "selftest" or "serve"
+	Source string           `json:"source"` // "selftest", "serve" or "run"
 	Mode   string           `json:"mode"`   // modeNamespace or modeLoopback
 	Config string           `json:"config"` // the config file the run tested
 	Report *selftest.Report `json:"report"`

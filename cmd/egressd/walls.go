@@ -17,7 +17,7 @@ func init() { commands["nft"] = cmdNft }
 
 func cmdNft(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: egressd nft apply|show|down [--config FILE]")
+		fmt.Fprintln(stderr, "usage: egressd nft apply|show|down [--all] [--config FILE]")
 		return exitUsage
 	}
 	verb := args[0]
