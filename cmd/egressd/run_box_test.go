@@ -3,9 +3,14 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/nftables"
@@ -151,4 +156,47 @@ func TestRunSummary(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"host":"other.test"`) {
 		t.Errorf("--log %s: %v\n%s", logFile, err, b)
 	}
+}
+
+// TestRunInterrupt: SIGINT to egressd run reaches CMD through the sandbox's
+// init (CMD's trap runs and its exit code comes back), and CMD's
+// background children end with it.
+func TestRunInterrupt(t *testing.T) {
+	l := newRunLab(t, runConfig)
+	token := nonceSeconds()
+	cmd := l.command(append(l.runArgs(), "--", "bash", "-c", `trap 'echo GOT-INT; exit 5' INT; sleep `+token+` & echo up; wait`)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, p := range processesWith("sleep " + token) {
+			syscall.Kill(p, syscall.SIGKILL) // ours: started by this test
+		}
+	})
+	r := bufio.NewReader(stdout)
+	if line, err := r.ReadString('\n'); err != nil || line != "up\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the run did not start: %q %v\n%s", line, err, errb.String())
+	}
+	cmd.Process.Signal(os.Interrupt)
+	rest, _ := io.ReadAll(r)
+	err = cmd.Wait()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 5 || !strings.Contains(string(rest), "GOT-INT") {
+		t.Errorf("after SIGINT: exit %d (want 5), output %q\n%s", code, rest, errb.String())
+	}
+	if pids := processesWith("sleep " + token); len(pids) > 0 {
+		t.Errorf("CMD's background child survived the interrupt: %v", pids)
+	}
+	l.assertNothingLeft(t)
 }
