@@ -1,3 +1,5 @@
+//go:build linux
+
 package runbox
 
 import (
@@ -12,16 +14,6 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/sandbox"
 )
-
-// NSPrefix names the namespaces `egressd run` creates; CleanupStale
-// removes those whose egressd died.
-const NSPrefix = "egr"
-
-// TablePrefix starts the name of each run's wall table: TablePrefix+index.
-const TablePrefix = "egressd-run-"
-
-// DefaultRunDir holds the records of live runs (see [Sweep]).
-const DefaultRunDir = "/run/egressd/runs"
 
 // firstIndex..lastIndex are the link indexes run picks from: four digits,
 // so no link name is a prefix of another and each run's wall matches its

@@ -11,6 +11,16 @@ import (
 	"github.com/egressd/egressd/sandbox"
 )
 
+// NSPrefix names the namespaces `egressd run` creates; CleanupStale
+// removes those whose egressd died.
+const NSPrefix = "egr"
+
+// TablePrefix starts the name of each run's wall table: TablePrefix+index.
+const TablePrefix = "egressd-run-"
+
+// DefaultRunDir holds the records of live runs (see [Sweep]).
+const DefaultRunDir = "/run/egressd/runs"
+
 // DefaultProxyPort is the run's proxy port when listen.proxy names none.
 const DefaultProxyPort = 3128
 

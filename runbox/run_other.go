@@ -3,16 +3,10 @@
 package runbox
 
 import (
-	"context"
 	"errors"
 
 	"github.com/egressd/egressd/sandbox"
 )
-
-// Run is Linux-only: it needs network namespaces and nftables.
-func Run(context.Context, Config) (int, error) {
-	return 0, errors.New("egressd run: needs Linux (network namespaces, nftables)")
-}
 
 // Sweep is Linux-only.
 func Sweep(_ *sandbox.NS, _, _ string, _ bool) (Swept, error) {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -30,7 +32,7 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 	noTransparent := fs.Bool("no-transparent", false, "do not redirect the sandbox's TCP 443 and 80 to the checkpoint")
 	argv, err := parseRunArgs(fs, args)
 	if err != nil || len(argv) == 0 {
-		fmt.Fprintln(stderr, "usage: egressd run [--config FILE] [--user U] [--state-dir D] [--log FILE] [--clean-env] [--env KEY]... [--no-probe] [--no-transparent] -- CMD [ARGS...]")
+		fmt.Fprintln(stderr, "usage: egressd run [--config FILE] [--user U] [--state-dir D] [--log FILE] [--log-level L] [--clean-env] [--env KEY]... [--no-probe] [--no-transparent] -- CMD [ARGS...]")
 		return exitUsage
 	}
 	log, err := newLogger(stderr, *level)
@@ -82,6 +84,9 @@ func parseRunArgs(fs interface{ Parse([]string) error }, args []string) ([]strin
 		if a == "--" {
 			return args[i+1:], fs.Parse(args[:i])
 		}
+	}
+	if err := fs.Parse(args); err != nil { // --help, or a bad flag
+		return nil, err
 	}
 	return nil, errors.New("missing -- before the command")
 }
