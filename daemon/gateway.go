@@ -46,7 +46,8 @@ type Gateway struct {
 }
 
 // GatewayDaemon is a daemon built by NewGateway; Close releases what the
-// builder opened (the audit log's seal) after Run returns.
+// builder opened (the audit log's seal; Run's stop seals it already, Close
+// covers an early exit).
 type GatewayDaemon struct {
 	*Daemon
 	sink *audit.Sink
@@ -83,7 +84,7 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	if err != nil {
 		return fail(err)
 	}
-	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted}
+	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink}
 	opt.ProxyConfig.ReadyExempt = g.ReadyExempt
 	if g.Walls != nil {
 		ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {

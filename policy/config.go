@@ -39,6 +39,11 @@ type rawConfig struct {
 	Sandbox    rawSandbox    `yaml:"sandbox"`
 	Selftest   rawSelftest   `yaml:"selftest"`
 	Limits     rawLimits     `yaml:"limits"`
+	Audit      rawAudit      `yaml:"audit"`
+}
+
+type rawAudit struct {
+	OnError at[string] `yaml:"on_error"`
 }
 
 type rawListen struct {
@@ -56,6 +61,7 @@ type rawResolver struct {
 type rawRule struct {
 	Name           at[string]   `yaml:"name"`
 	Hosts          []at[string] `yaml:"hosts"`
+	HostsFiles     []at[string] `yaml:"hosts_files"`
 	Ports          []at[string] `yaml:"ports"`
 	CIDRs          []at[string] `yaml:"cidrs"`
 	Pages          []at[string] `yaml:"pages"`
@@ -68,8 +74,9 @@ type rawRule struct {
 }
 
 type rawDeny struct {
-	Hosts []at[string] `yaml:"hosts"`
-	CIDRs []at[string] `yaml:"cidrs"`
+	Hosts      []at[string] `yaml:"hosts"`
+	CIDRs      []at[string] `yaml:"cidrs"`
+	HostsFiles []at[string] `yaml:"hosts_files"`
 }
 
 type rawIdentity struct {
@@ -112,6 +119,12 @@ type rawLimits struct {
 	QueryBytes       at[int]    `yaml:"query_bytes"`
 	DNSWildcardNames at[int]    `yaml:"dns_wildcard_names"`
 	DNSExactOnly     at[bool]   `yaml:"dns_exact_only"`
+
+	RequestHeaderTimeout  at[string] `yaml:"request_header_timeout"`
+	ResponseHeaderTimeout at[string] `yaml:"response_header_timeout"`
+	ResponseHeaderBytes   at[int]    `yaml:"response_header_bytes"`
+	ResponseIdleTimeout   at[string] `yaml:"response_idle_timeout"`
+	ResponseTimeout       at[string] `yaml:"response_timeout"`
 }
 
 // ConfigError is one problem in a config file, located by file, line and
@@ -211,6 +224,7 @@ var (
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
 	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
+	"Audit": "audit",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors with the field
