@@ -235,7 +235,7 @@ func TestRunRealClients(t *testing.T) {
 	topo := testnet.New(t, testnet.WithOriginHandler(reg), testnet.WithRecords(map[string][]netip.Addr{
 		"pypi.test": origin, "npm.test": origin, "goproxy.test": origin, "git.test": origin}))
 	l := &runLab{topo: topo, bin: buildEgressd(t), dir: t.TempDir()}
-	for _, d := range []string{filepath.Dir(l.bin), filepath.Dir(filepath.Dir(l.bin)), l.dir, filepath.Dir(l.dir)} {
+	for _, d := range []string{l.dir, filepath.Dir(l.dir)} { // t.TempDir's, ours
 		os.Chmod(d, 0o755)
 	}
 	ca := filepath.Join(l.dir, "upstream-ca.pem")

@@ -8,12 +8,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,20 +28,50 @@ import (
 	"github.com/egressd/egressd/sandbox"
 )
 
-// buildEgressd compiles this command once per test binary; EGRESSD_BIN
-// names a prebuilt one instead (a negative control against an older build).
+// built is this command, compiled once for the whole test binary into
+// built.dir/bin (TestMain removes it).
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// buildEgressd returns the egressd binary, readable and executable by the
+// sandbox's unprivileged user. EGRESSD_BIN names a prebuilt one instead (a
+// negative control against an older build); its directories are not ours
+// and are left as they are.
 func buildEgressd(t *testing.T) string {
 	t.Helper()
 	if b := os.Getenv("EGRESSD_BIN"); b != "" {
 		return b
 	}
-	bin := filepath.Join(t.TempDir(), "egressd")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "egressd-test-bin-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "bin", "egressd")
+		cmd := exec.Command("go", "build", "-o", built.bin, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		os.Chmod(built.dir, 0o755)
+		os.Chmod(filepath.Dir(built.bin), 0o755)
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
 }
 
 // runLab runs `egressd run` inside the gateway namespace of a test
@@ -80,7 +112,7 @@ func newRunLab(t *testing.T, config string) *runLab {
 		t.Fatal("curl is needed (apt-get install -y curl)")
 	}
 	l := &runLab{topo: topo, bin: buildEgressd(t), dir: t.TempDir()}
-	for _, d := range []string{filepath.Dir(l.bin), filepath.Dir(filepath.Dir(l.bin)), l.dir, filepath.Dir(l.dir)} {
+	for _, d := range []string{l.dir, filepath.Dir(l.dir)} { // t.TempDir's, ours
 		os.Chmod(d, 0o755)
 	}
 	ca := filepath.Join(l.dir, "upstream-ca.pem")
