@@ -48,3 +48,5 @@ func TestPolicyOnlyMovesListen(t *testing.T) {
 		t.Error("the run's policy shares the config's listen addresses")
 	}
 }
+
+func mustAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }

@@ -53,9 +53,13 @@ type summary struct {
 }
 
 func (s *summary) add(r slog.Record) {
-	var decision, host, reason string
+	var decision, host, reason, method, detail string
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
+		case "method":
+			method = a.Value.String()
+		case "detail":
+			detail = a.Value.String()
 		case "decision":
 			decision = a.Value.String()
 		case "host":
@@ -67,8 +71,8 @@ func (s *summary) add(r slog.Record) {
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.held > 0 {
-		return
+	if s.held > 0 || method == "CONNECT" && detail == "tunnel inspected" {
+		return // a probe's; or a tunnel whose requests are counted one by one
 	}
 	switch decision {
 	case "allow":
