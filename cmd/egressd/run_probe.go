@@ -23,12 +23,6 @@ func runProbe(stateDir string, stderr io.Writer) func(context.Context, runbox.Pr
 		e.dns, e.dnsDial = t.DNS, e.dial
 		c := selftestConfig(t.Policy, trustRoots(t.Policy, stateDir))
 		e.apply(&c)
-		if t.Policy.Listen.Transparent != "" {
-			c.Redirected = append(c.Redirected, 443)
-		}
-		if t.Policy.Listen.TransparentHTTP != "" {
-			c.Redirected = append(c.Redirected, 80)
-		}
 		rep, err := selftest.Run(ctx, c)
 		if err == nil {
 			if herr := recordRun(stateDir, "run", "sandbox "+t.Name, t.Policy, rep); herr != nil {

@@ -291,6 +291,15 @@ func selftestConfig(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 		}
 	}
 	c.Refused = refusedRequests(p)
+	// In transparent mode the walls send sandbox TCP 443 and 80 to
+	// egressd: a direct probe there must find egressd refusing, not fail
+	// for having connected.
+	if p.Listen.Transparent != "" {
+		c.Redirected = append(c.Redirected, 443)
+	}
+	if p.Listen.TransparentHTTP != "" {
+		c.Redirected = append(c.Redirected, 80)
+	}
 	return c
 }
 
