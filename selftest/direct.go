@@ -217,6 +217,10 @@ func (r *runner) icmp(ctx context.Context, a netip.Addr) outcome {
 	}
 }
 
+// redirectProbeHost is the Host of a redirected HTTP probe; .invalid never
+// resolves (RFC 6761).
+const redirectProbeHost = "egressd-selftest-redirect.invalid"
+
 // redirected checks a direct connection the walls redirected to egressd's
 // transparent listener: egressd must refuse what goes over it.
 func redirected(ctx context.Context, c net.Conn, ap netip.AddrPort) outcome {
@@ -230,7 +234,11 @@ func redirected(ctx context.Context, c net.Conn, ap netip.AddrPort) outcome {
 		}
 		return leak("TLS handshake completed", fmt.Sprintf("a direct TLS connection to %s without SNI completed a handshake: something other than egressd answered", ap))
 	}
+	// Host names nothing any policy allows: egressd (which takes the host
+	// from this header) refuses it whatever the rules; a target reached
+	// past the walls answers it.
 	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ap.String()+"/", nil)
+	req.Host = redirectProbeHost
 	req.Header.Set("Connection", "close")
 	if err := req.Write(c); err != nil {
 		return pass("redirected to egressd, closed")
