@@ -181,6 +181,8 @@ func Run(ctx context.Context, c Config) (int, error) {
 	case err := <-runErr:
 		runErr <- err
 		return 0, err
+	case <-ctx.Done(): // Ctrl-C during the proof: CMD never starts
+		return 128 + int(syscall.SIGINT), nil
 	}
 	if !v.Sealed || v.Err != nil {
 		return ExitNotSealed, &NotSealedError{Reason: verdictReason(v)}
