@@ -51,6 +51,13 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // Config is everything a run needs. Zero-valued target lists skip their
 // probes; the socket hooks decide where the probes run.
 type Config struct {
+	// Redirected are the TCP ports the walls redirect to egressd's
+	// transparent listeners (80 and 443 in transparent mode): a direct
+	// connection to them reaches egressd, not the target, so it passes
+	// when egressd refuses what is sent over it (an HTTP request to port
+	// 80 gets X-Egressd-Deny; a TLS handshake without SNI to 443 fails),
+	// and leaks when the target answers.
+	Redirected []uint16
 	// TCP targets must not accept a direct connection (any public address
 	// and port: 443, 53, 80, 22, 25, high ports).
 	TCP []netip.AddrPort

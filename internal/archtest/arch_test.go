@@ -27,7 +27,9 @@ const anyPackage = "*"
 //     sandbox, selftest, event (the decision record's schema);
 //   - audit, on event;
 //   - the data path: proxy and dnsfilter, on policy (proxy also on event);
-//   - daemon, the lifecycle around them;
+//   - daemon, the lifecycle around them and the one gateway builder
+//     (proxy, DNS filter, walls, audit) serve and run share;
+//   - runbox, `egressd run`'s sandbox around a daemon gateway;
 //   - cmd/egressd and bench, which only wire: anything above.
 //
 // internal/testnet and internal/testutil are for tests only: no production
@@ -44,7 +46,8 @@ var allowed = map[string][]string{
 	"event":           {},
 	"proxy":           {"policy", "event"},
 	"dnsfilter":       {"policy"},
-	"daemon":          {"policy", "proxy", "dnsfilter", "audit"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft"},
+	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox"},
 	"deploy":          {},
 
 	"cmd/egressd": {anyPackage},
