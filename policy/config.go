@@ -27,7 +27,7 @@ func (a *at[T]) UnmarshalYAML(n *yaml.Node) error {
 	return n.Decode(&a.V)
 }
 
-// The raw schema, version 1. Field names are the config keys in DESIGN.md.
+// The raw schema, version 1. Field names are the config keys in README.md's config reference.
 type rawConfig struct {
 	Version    *at[int]      `yaml:"version"`
 	Listen     rawListen     `yaml:"listen"`

@@ -220,3 +220,38 @@ func TestPackageDocs(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsPackageMap: docs/ARCHITECTURE.md's package map names exactly the
+// packages of the module, so the map a newcomer reads first cannot drift
+// from the tree.
+func TestDocsPackageMap(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "docs", "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "## Package map")
+	if !ok {
+		t.Fatal("docs/ARCHITECTURE.md has no \"## Package map\" section")
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	mapped := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 2 {
+			if name := strings.Trim(strings.TrimSpace(cells[1]), "`"); name != "" && name != "package" && !strings.HasPrefix(name, "---") {
+				mapped[name] = true
+			}
+		}
+	}
+	for _, p := range listPackages(t) {
+		if p.Rel == "" {
+			continue
+		}
+		if !mapped[p.Rel] {
+			t.Errorf("package %s is not in docs/ARCHITECTURE.md's package map: add a row saying its one job", p.Rel)
+		}
+		delete(mapped, p.Rel)
+	}
+	for name := range mapped {
+		t.Errorf("docs/ARCHITECTURE.md's package map names %s, which is not a package of the module", name)
+	}
+}
