@@ -67,6 +67,9 @@ type Options struct {
 	ProxyListener net.Listener
 	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
 	ProxyConfig proxy.Config
+	// Booted, when set, is called once the boot self-test has set the
+	// readiness (`egressd run` starts its command only then).
+	Booted func(Verdict)
 	// Audit is the audit log Logger writes decisions to (nil: none). While
 	// it cannot be written, allowed traffic is refused with 503
 	// audit-unavailable (unless the policy says audit.on_error: allow)
@@ -93,6 +96,7 @@ type Daemon struct {
 	ready    atomic.Bool            // the walls' last self-test (boot, scheduled) sealed
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
 	interval chan struct{}          // a reload changed selftest.interval
+	booted   chan struct{}          // closed once the boot self-test has set readiness
 	audit    *audit.Sink
 
 	reloads    *prometheus.CounterVec
@@ -116,7 +120,7 @@ func New(opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1)}
+	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), booted: make(chan struct{})}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back, rollback-failed)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
@@ -245,12 +249,9 @@ func (d *Daemon) Addrs() (proxyAddr, dnsAddr, adminAddr string) {
 	return d.proxyAddr, d.dnsAddr, d.adminAddr
 }
 
-// Run serves until ctx ends. It binds the listeners, applies the walls,
-// runs the boot self-test (not ready until it passes), and runs the
-// scheduled self-test.
-func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
-	p := d.Policy()
-	errc := make(chan error, 4)
+// listen binds the proxy, transparent, DNS and admin listeners of p and
+// serves each in a goroutine that reports its end on errc.
+func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 	pl := d.opt.ProxyListener
 	if pl == nil {
 		var err error
@@ -286,6 +287,8 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			return fmt.Errorf("listen dns tcp %s: %w", p.Listen.DNS, err)
 		}
 		d.dnsAddr = udp.LocalAddr().String()
+		d.px.AddListener(udp.LocalAddr())
+		d.px.AddListener(tcp.Addr())
 		go func() { errc <- d.dns.Serve(udp, tcp) }()
 	}
 	if p.Listen.Admin != "" {
@@ -294,8 +297,21 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			return fmt.Errorf("listen admin %s: %w", p.Listen.Admin, err)
 		}
 		d.adminAddr = al.Addr().String()
+		d.px.AddListener(al.Addr()) // no rule reaches it through the proxy (proxy-loop)
 		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- d.admin.Serve(al) }()
+	}
+	return nil
+}
+
+// Run serves until ctx ends. It binds the listeners, applies the walls,
+// runs the boot self-test (not ready until it passes), and runs the
+// scheduled self-test.
+func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
+	p := d.Policy()
+	errc := make(chan error, 4)
+	if err := d.listen(p, errc); err != nil {
+		return err
 	}
 	if d.opt.Walls != nil {
 		if err := d.opt.Walls(ctx, p); err != nil {
@@ -388,16 +404,29 @@ func (d *Daemon) boot(ctx context.Context) {
 		d.setStatus(noSelftestWarning)
 		d.verified.Store(d.Policy())
 		d.ready.Store(true)
+		if d.opt.Booted != nil {
+			d.opt.Booted(Verdict{Sealed: true, Note: noSelftestWarning})
+		}
 	} else {
 		p := d.Policy()
-		d.setReadiness(p, d.verify(ctx, "boot", p))
+		v := d.verify(ctx, "boot", p)
+		d.setReadiness(p, v)
+		if d.opt.Booted != nil {
+			d.opt.Booted(v)
+		}
 	}
 	// "ready" is the readiness signal tests and supervisors wait for: from
 	// here the proxy lets allowed traffic through.
 	if ok, why := d.Ready(); ok {
 		d.log.Info("ready", "status", why)
 	}
+	close(d.booted)
 }
+
+// Booted is closed once the boot self-test has run and set readiness,
+// ready or not (Ready says which): the signal to wait for instead of the
+// "ready" line when readiness may not come (a leak, a full audit disk).
+func (d *Daemon) Booted() <-chan struct{} { return d.booted }
 
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {
 	start := time.Now()

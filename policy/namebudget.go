@@ -88,7 +88,7 @@ func (b *NameBudget) Allow(p *Policy, identity, name string, now time.Time) (v N
 // charges this one (a label would be a fresh budget per request), and a
 // quarantine of it holds whatever label the client sends.
 func (p *Policy) SourceIdentity(src netip.Addr) string {
-	if id := p.Identity(src, ""); id != "" {
+	if id := p.Identity(src); id != "" {
 		return id
 	}
 	if !src.IsValid() {

@@ -10,95 +10,88 @@ import (
 type tracker struct {
 	mu      sync.Mutex
 	open    map[string]int
-	tunnels map[string]map[net.Conn]struct{}
+	tunnels map[string]map[net.Conn]*request
 	quar    map[string]bool
 }
 
 func newTracker() *tracker {
-	return &tracker{open: map[string]int{}, tunnels: map[string]map[net.Conn]struct{}{}, quar: map[string]bool{}}
+	return &tracker{open: map[string]int{}, tunnels: map[string]map[net.Conn]*request{}, quar: map[string]bool{}}
 }
 
-// acquire takes a connection slot for each of ids (the identity named
-// and the one the source address gives), or none when one is full; limit
-// <= 0 means no limit.
-func (t *tracker) acquire(limit int, ids ...string) (release func(), ok bool) {
+// acquire takes a connection slot for id; limit <= 0 means no limit.
+func (t *tracker) acquire(id string, limit int) (release func(), ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, id := range ids {
-		if limit > 0 && t.open[id] >= limit {
-			return nil, false
-		}
+	if limit > 0 && t.open[id] >= limit {
+		return nil, false
 	}
-	for _, id := range ids {
-		t.open[id]++
-	}
+	t.open[id]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			t.mu.Lock()
-			for _, id := range ids {
-				if t.open[id]--; t.open[id] <= 0 {
-					delete(t.open, id)
-				}
+			if t.open[id]--; t.open[id] <= 0 {
+				delete(t.open, id)
 			}
 			t.mu.Unlock()
 		})
 	}, true
 }
 
-// addTunnel remembers c under each of ids, so quarantining any closes it.
-func (t *tracker) addTunnel(c net.Conn, ids ...string) {
+// addTunnel records an open tunnel of id on client connection c, with the
+// state it was decided with.
+func (t *tracker) addTunnel(id string, c net.Conn, rq *request) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, id := range ids {
-		m := t.tunnels[id]
-		if m == nil {
-			m = map[net.Conn]struct{}{}
-			t.tunnels[id] = m
+	m := t.tunnels[id]
+	if m == nil {
+		m = map[net.Conn]*request{}
+		t.tunnels[id] = m
+	}
+	m[c] = rq
+}
+
+// openTunnels returns every open tunnel once, with its state.
+func (t *tracker) openTunnels() map[net.Conn]*request {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[net.Conn]*request{}
+	for _, m := range t.tunnels {
+		for c, rq := range m {
+			out[c] = rq
 		}
-		m[c] = struct{}{}
+	}
+	return out
+}
+
+func (t *tracker) removeTunnel(id string, c net.Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.tunnels[id]; m != nil {
+		delete(m, c)
+		if len(m) == 0 {
+			delete(t.tunnels, id)
+		}
 	}
 }
 
-func (t *tracker) removeTunnel(c net.Conn, ids ...string) {
+func (t *tracker) quarantined(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, id := range ids {
-		if m := t.tunnels[id]; m != nil {
-			delete(m, c)
-			if len(m) == 0 {
-				delete(t.tunnels, id)
-			}
-		}
-	}
+	return t.quar[id]
 }
 
-// quarantined reports whether any of ids is quarantined.
-func (t *tracker) quarantined(ids ...string) bool {
+// quarantine denies everything for id from now on and returns its open
+// tunnels, for the caller to close.
+func (t *tracker) quarantine(id string) map[net.Conn]*request {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, id := range ids {
-		if t.quar[id] {
-			return true
-		}
-	}
-	return false
-}
-
-// quarantine denies everything for id from now on and closes its open
-// tunnels; it returns how many it closed.
-func (t *tracker) quarantine(id string) int {
-	t.mu.Lock()
 	t.quar[id] = true
-	var conns []net.Conn
-	for c := range t.tunnels[id] {
-		conns = append(conns, c)
+	out := make(map[net.Conn]*request, len(t.tunnels[id]))
+	for c, rq := range t.tunnels[id] {
+		out[c] = rq
 	}
-	t.mu.Unlock()
-	for _, c := range conns {
-		c.Close() // the close hook removes it from tunnels
-	}
-	return len(conns)
+	return out
 }
 
 func (t *tracker) lift(id string) bool {
