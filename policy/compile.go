@@ -73,6 +73,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	c.sandbox(p, &raw.Sandbox)
 	c.selftest(p, &raw.Selftest)
 	c.limits(p, &raw.Limits)
+	c.adopt(p, raw)
 	return p
 }
 

@@ -64,11 +64,17 @@ type rawRule struct {
 	Mirror         at[string]   `yaml:"mirror"`
 	ModulePrefixes []at[string] `yaml:"module_prefixes"`
 	TLS            *at[bool]    `yaml:"tls"`
+
+	// per-identity rules, deny messages and credential injection (rules.go)
+	Identities []at[string] `yaml:"identities"`
+	Message    at[string]   `yaml:"message"`
+	Inject     *rawInject   `yaml:"inject"`
 }
 
 type rawDeny struct {
-	Hosts []at[string] `yaml:"hosts"`
-	CIDRs []at[string] `yaml:"cidrs"`
+	Hosts   []at[string] `yaml:"hosts"`
+	CIDRs   []at[string] `yaml:"cidrs"`
+	Message at[string]   `yaml:"message"`
 }
 
 type rawIdentity struct {
@@ -205,7 +211,7 @@ var (
 // sectionOf names a raw type as the user knows it.
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
-	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
+	"Deny": "deny", "Identity": "identities[]", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors, naming unknown
