@@ -156,8 +156,11 @@ func (c *compiler) message(v at[string], field string) string {
 var headersNeverInjected = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade", "Expect", "Proxy-Authorization", "Proxy-Connection", "Proxy-Authenticate"}
 
 // inject validates an inject block. Injection is refused where egressd
-// cannot tell exactly which host gets the credential: rules with "*",
-// wildcard hosts or cidrs, and raw TCP tunnels (tls: false).
+// cannot tell exactly which host gets the credential: rules with "*" or
+// wildcard hosts, rules naming no host, and raw TCP tunnels (tls: false).
+// A rule's cidrs only unlock the special-use addresses its names resolve
+// to: a request to an address literal never gets the credential
+// (Decision.InjectFor).
 func (c *compiler) inject(ri *rawInject, r *Rule, f string) *Inject {
 	line := max(ri.ValueFrom.Line, ri.Header.Line)
 	if ri.Basic != nil {
@@ -209,8 +212,8 @@ func (c *compiler) inject(ri *rawInject, r *Rule, f string) *Inject {
 		}
 		in.Prefix = ri.Prefix.V
 	}
-	if len(r.CIDRs) > 0 {
-		c.errf(line, f, "rule %q has cidrs: a credential goes only to hosts named exactly, never to addresses", r.Name)
+	if r.Hosts.Len() == 0 {
+		c.errf(line, f, "rule %q names no hosts: a credential goes only to hosts named exactly, never to addresses", r.Name)
 	}
 	for h := range r.Hosts.All() {
 		if h == "*" || strings.HasPrefix(h, "*.") {
@@ -222,4 +225,19 @@ func (c *compiler) inject(ri *rawInject, r *Rule, f string) *Inject {
 		c.errf(line, f, "rule %q has tls: false: a raw TCP tunnel cannot carry an injected header", r.Name)
 	}
 	return in
+}
+
+// InjectFor is the credential to add to the request d allowed: the rule's
+// inject block when the target is a name the rule names exactly; nil for
+// an address literal (matched by the rule's cidrs) or no inject rule.
+func (d *Decision) InjectFor() *Inject {
+	if !d.Allow || d.Rule == nil || d.Rule.Inject == nil || d.Addr.IsValid() {
+		return nil
+	}
+	for h := range d.Rule.Hosts.All() {
+		if h == d.Host {
+			return d.Rule.Inject
+		}
+	}
+	return nil
 }

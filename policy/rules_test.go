@@ -133,7 +133,7 @@ allow:
 	bad := []struct{ name, rule, want string }{
 		{"star host", "hosts: [\"*\"]\n    pages: [\"*\"]\n    inject: {value_from: \"file:/s\"}", "never to a wildcard"},
 		{"wildcard host", "hosts: [\"*.example.com\"]\n    inject: {value_from: \"file:/s\"}", "never to a wildcard"},
-		{"cidrs", "cidrs: [203.0.113.0/24]\n    inject: {value_from: \"file:/s\"}", "never to addresses"},
+		{"cidrs only", "cidrs: [203.0.113.0/24]\n    inject: {value_from: \"file:/s\"}", "never to addresses"},
 		{"raw tcp", "hosts: [a.example.com]\n    pages: [\"*\"]\n    tls: false\n    inject: {value_from: \"file:/s\"}", "tls: false"},
 		{"literal secret", "hosts: [a.example.com]\n    inject: {value_from: \"hunter2\"}", "want file:/absolute/path"},
 		{"relative file", "hosts: [a.example.com]\n    inject: {value_from: \"file:secret\"}", "want file:/absolute/path"},

@@ -40,7 +40,7 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 	}
 	rq.target = t
 	p := x.Policy()
-	rq.d = p.DecideTarget(&t)
+	rq.d = p.DecideTargetAs(&t, rq.identity)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		ctx.Resp = x.denyDecision(r, rq)

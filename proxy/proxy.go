@@ -22,6 +22,7 @@ import (
 	"github.com/elazarl/goproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -52,6 +53,9 @@ type Config struct {
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
 	ReadyExempt func(remote netip.AddrPort) bool
+	// Secrets reads the credentials of inject rules; nil: a Store of the
+	// proxy's own.
+	Secrets *inject.Store
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -68,6 +72,7 @@ type Proxy struct {
 	ready  func() bool
 	exempt func(netip.AddrPort) bool
 	ids    *tracker
+	secret *inject.Store
 
 	mu      sync.Mutex
 	self    map[netip.AddrPort]bool
@@ -91,10 +96,14 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		ready:  cfg.Ready,
 		exempt: cfg.ReadyExempt,
 		ids:    newTracker(),
+		secret: cfg.Secrets,
 		self:   map[netip.AddrPort]bool{},
 	}
 	if x.log == nil {
 		x.log = slog.New(slog.DiscardHandler)
+	}
+	if x.secret == nil {
+		x.secret = &inject.Store{}
 	}
 	x.pol.Store(p)
 	x.dialer = &checkedDialer{
@@ -239,8 +248,9 @@ type request struct {
 	path     string
 	// connect state for an inspected tunnel: inner requests must name the
 	// same host and port, and the TLS SNI must match.
-	tunnel *request
-	conn   *scanConn // client connection of an inspected tunnel
+	tunnel  *request
+	conn    *scanConn // client connection of an inspected tunnel
+	message string    // the operator's text for a denial (policy.Message)
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -351,8 +361,9 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// denyResponse is the 403 (or other) a client gets for a decision.
-func denyResponse(r *http.Request, status int, reason, rule, detail, help string) *http.Response {
+// denyResponse is the 403 (or other) a client gets for a decision; the
+// operator's message, if any, follows on a line of its own.
+func denyResponse(r *http.Request, status int, reason, rule, detail, message string) *http.Response {
 	var b strings.Builder
 	fmt.Fprintf(&b, "egressd: denied: %s", reason)
 	if rule != "" {
@@ -361,10 +372,10 @@ func denyResponse(r *http.Request, status int, reason, rule, detail, help string
 	if detail != "" {
 		fmt.Fprintf(&b, ": %s", detail)
 	}
-	if help != "" {
-		fmt.Fprintf(&b, ": %s", help)
-	}
 	b.WriteByte('\n')
+	if message != "" {
+		fmt.Fprintf(&b, "%s\n", message)
+	}
 	resp := goproxy.NewResponse(r, goproxy.ContentTypeText, status, b.String())
 	resp.Header.Set("X-Egressd-Deny", reason)
 	return resp

@@ -53,7 +53,7 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 			return r, x.deny(r, rq, http.StatusForbidden, policy.ReasonMethod.String(), "", fmt.Sprintf("%s: %.20s overrides %s", h, v, r.Method))
 		}
 	}
-	rq.d = p.DecideRequest(&rq.target, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
+	rq.d = p.DecideRequestAs(&rq.target, rq.identity, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
@@ -65,6 +65,9 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		if resp := x.checkMirrorBody(r, rq, p); resp != nil {
 			return r, resp
 		}
+	}
+	if resp := x.injectCredential(r, rq, p); resp != nil {
+		return r, resp
 	}
 	if rq.tunnel != nil {
 		// a request inside an inspected tunnel: its context holds the
@@ -230,6 +233,7 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 	if detail != "" {
 		help = detail + ": " + help
 	}
+	rq.message = x.Policy().Message(d)
 	return x.deny(r, rq, http.StatusForbidden, d.Reason.String(), d.RuleName(), help)
 }
 
@@ -237,7 +241,7 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 func (x *Proxy) deny(r *http.Request, rq *request, status int, reason, rule, detail string) *http.Response {
 	rq.d.Allow = false
 	x.logDecisionReason(r.Context(), rq, status, reason, detail, 0, 0)
-	return denyResponse(r, status, reason, rule, detail, "")
+	return denyResponse(r, status, reason, rule, detail, rq.message)
 }
 
 func (x *Proxy) logDecision(ctx context.Context, rq *request, status int, detail string, in, out int64) {
@@ -266,6 +270,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 	}
 	x.log.LogAttrs(ctx, level, "decision",
 		slog.String("identity", rq.identity),
+		slog.String("view", d.View),
 		slog.String("method", rq.method),
 		slog.String("host", host),
 		slog.Int("port", int(rq.target.Port)),
