@@ -28,7 +28,7 @@ commands:
   serve     [--config FILE] [--state-dir DIR] [--walls] [--audit-log FILE] [--no-selftest]
                                                 run the proxy, DNS filter and admin endpoint
   run       [--config FILE] -- CMD [ARGS]       run CMD in a sealed sandbox namespace (root)
-  check     [--config FILE] [--method M] [--content-type T] [--json] TARGET
+  check     [--config FILE] [--identity ID] [--method M] [--content-type T] [--json] TARGET
                                                 the decision for a URL or host:port, offline
   validate  [--config FILE]                     check a config; errors name file:line:field
   selftest  [--config FILE] [--json] [--state-dir DIR]

@@ -62,3 +62,34 @@ func TestValidateContract(t *testing.T) {
 		t.Errorf("check with a broken config: exit %d, want 2", code)
 	}
 }
+
+func TestCheckIdentity(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfg, []byte(`version: 1
+identities:
+  - {name: research, cidrs: [198.51.100.10/32]}
+  - {name: build, cidrs: [198.51.100.20/32]}
+deny:
+  message: "ask #platform"
+allow:
+  - name: docs
+    hosts: [docs.example.com]
+    identities: [research]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCmd("check", "--config", cfg, "--identity", "research", "--json", "https://docs.example.com/")
+	if code != exitOK || !strings.Contains(out, `"identity":"research"`) || !strings.Contains(out, `"rule":"docs"`) {
+		t.Errorf("research: exit %d %s", code, out)
+	}
+	code, out, _ = runCmd("check", "--config", cfg, "--identity", "build", "https://docs.example.com/")
+	if code != exitDeny || !strings.Contains(out, "identity=build") || !strings.Contains(out, "message: ask #platform") {
+		t.Errorf("build: exit %d %s", code, out)
+	}
+	if code, _, _ := runCmd("check", "--config", cfg, "https://docs.example.com/"); code != exitDeny {
+		t.Errorf("no identity: exit %d, want deny", code)
+	}
+	if code, _, errs := runCmd("check", "--config", cfg, "--identity", "nobody", "https://docs.example.com/"); code != exitUsage || !strings.Contains(errs, "not declared") {
+		t.Errorf("undeclared identity: exit %d %q", code, errs)
+	}
+}
