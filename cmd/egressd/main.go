@@ -31,6 +31,8 @@ commands:
   check     [--config FILE] [--identity ID] [--method M] [--content-type T] [--json] TARGET
                                                 the decision for a URL or host:port, offline
   validate  [--config FILE]                     check a config; errors name file:line:field
+  init      --preset P,... [--sandbox local|docker|kubernetes] [--uid N] [--out FILE]
+                                                write a commented starting config
   selftest  [--config FILE] [--json] [--state-dir DIR]
                                                 run the escape probes
   nft       apply|show|down [--config FILE]     the kernel walls

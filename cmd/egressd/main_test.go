@@ -93,3 +93,19 @@ allow:
 		t.Errorf("undeclared identity: exit %d %q", code, errs)
 	}
 }
+
+func TestInitValidates(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "egressd.yaml")
+	if code, _, errs := runCmd("init", "--preset", "pypi,crates,github-read,docs,npm=npm.internal.example", "--sandbox", "kubernetes", "--out", out); code != exitOK {
+		t.Fatalf("init: exit %d %s", code, errs)
+	}
+	if code, stdout, errs := runCmd("validate", "--config", out); code != exitOK {
+		t.Errorf("validate of the init output: exit %d %s %s", code, stdout, errs)
+	}
+	if code, _, errs := runCmd("init", "--preset", "pypi", "--out", out); code != exitUsage || !strings.Contains(errs, "exists") {
+		t.Errorf("init over an existing file: exit %d %q", code, errs)
+	}
+	if code, _, errs := runCmd("init", "--preset", "npm"); code != exitUsage || !strings.Contains(errs, "needs a host") {
+		t.Errorf("npm without host: exit %d %q", code, errs)
+	}
+}
