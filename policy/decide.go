@@ -299,11 +299,16 @@ func (p *Policy) DecideRequest(t *Target, method, contentType string, contentLen
 // DecideTargetAs).
 func (p *Policy) DecideRequestAs(t *Target, identity, method, contentType string, contentLength int64) Decision {
 	d := p.DecideTargetAs(t, identity)
+	req := Request{Method: method, Host: d.Host, Port: t.Port, Path: t.Path, Query: t.Query, ContentType: contentType, ContentLength: contentLength}
 	if !d.Allow {
+		if d.Reason != ReasonBadTarget {
+			// the page type of a denied request is logged: `egressd suggest`
+			// proposes pages from it
+			d.PageType, d.PageSignal = ClassifyPage(&req)
+		}
 		return d
 	}
 	d.Inspect = false
-	req := Request{Method: method, Host: d.Host, Port: t.Port, Path: t.Path, Query: t.Query, ContentType: contentType, ContentLength: contentLength}
 	d.PageType, d.PageSignal = ClassifyPage(&req)
 	r := d.Rule
 	if r.Inject != nil && contains(echoMethods, method) {

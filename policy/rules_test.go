@@ -155,3 +155,14 @@ allow:
 		})
 	}
 }
+
+// TestDeniedPageType: a request denied for its host still carries its page
+// type, so the log (and `egressd suggest`) shows what it would have done.
+func TestDeniedPageType(t *testing.T) {
+	p := mustParse(t, identityConfig)
+	tg, _ := ParseURL("https://paste.example.net/upload")
+	d := p.DecideRequestAs(&tg, "build", "POST", "multipart/form-data; boundary=x", 10)
+	if d.Allow || d.Reason != ReasonNoRule || d.PageType != PageUpload {
+		t.Errorf("got allow=%v reason=%s page=%s; want a no-rule deny of an upload page", d.Allow, d.Reason, d.PageType)
+	}
+}
