@@ -165,7 +165,7 @@ allow:
 
 deny:
   # what an agent reads in the 403 body when no rule lets it out
-  message: "egressd: this destination is not allowed; ask the operator to add a rule"
+  message: "This destination is not allowed from the sandbox: ask the operator to add a rule."
   hosts: []
   cidrs: []
 

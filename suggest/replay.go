@@ -115,7 +115,7 @@ var policyReasons = func() map[string]bool {
 
 // Write prints the diff for an operator.
 func (d *Diff) Write(w io.Writer) {
-	fmt.Fprintf(w, "replayed %d decisions (%d log lines were no policy decision and were skipped): %d kinds of request decided differently\n", d.Replayed, d.Skipped, len(d.Changes))
+	fmt.Fprintf(w, "replayed %d decisions (%d decision lines were no policy decision, e.g. quarantine or limits, and were skipped): %d kinds of request decided differently\n", d.Replayed, d.Skipped, len(d.Changes))
 	for _, c := range d.Changes {
 		fmt.Fprintf(w, "  %-22s -> %-22s %4dx  %s %s", c.Was, c.Now, c.Count, c.Method, c.Target)
 		if c.Identity != "" {

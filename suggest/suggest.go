@@ -117,7 +117,7 @@ func Suggest(w io.Writer, entries []Entry, o Options) {
 }
 
 func writeRule(w io.Writer, g *group, o Options) {
-	fmt.Fprintf(w, "  # %d denials: %s", g.n, counts(g.reasons))
+	fmt.Fprintf(w, "  # denied %dx: %s", g.n, counts(g.reasons))
 	if len(g.rules) > 0 {
 		fmt.Fprintf(w, "; refused under existing rule %s: widen it instead of adding this one", strings.Join(keys(g.rules), ", "))
 	}
