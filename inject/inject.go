@@ -94,6 +94,10 @@ func readSecret(file string) (string, error) {
 	return v, nil
 }
 
+// Secret is the current content of file, trimmed (for secrets that are not
+// a rule's header, such as the parent proxy's credentials).
+func (s *Store) Secret(file string) (string, error) { return s.read(file) }
+
 // Value is the header value in for the current content of its file.
 func (s *Store) Value(in *policy.Inject) (string, error) {
 	v, err := s.read(in.File)

@@ -39,6 +39,8 @@ type rawConfig struct {
 	Sandbox    rawSandbox    `yaml:"sandbox"`
 	Selftest   rawSelftest   `yaml:"selftest"`
 	Limits     rawLimits     `yaml:"limits"`
+
+	UpstreamProxy *rawUpstreamProxy `yaml:"upstream_proxy"` // rules.go
 }
 
 type rawListen struct {
@@ -211,7 +213,7 @@ var (
 // sectionOf names a raw type as the user knows it.
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
-	"Deny": "deny", "Identity": "identities[]", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
+	"Deny": "deny", "Identity": "identities[]", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "UpstreamProxy": "upstream_proxy", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors, naming unknown

@@ -33,6 +33,9 @@ type Policy struct {
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
 
+	// UpstreamProxy is the parent proxy egressd reaches every upstream
+	// through (HTTP CONNECT to the checked address); nil: direct.
+	UpstreamProxy *UpstreamProxy
 	// DenyMessage (deny.message) is what a client refused by the default
 	// deny (no rule for it) reads in the 403 body; empty: generic advice.
 	DenyMessage string

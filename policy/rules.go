@@ -5,9 +5,11 @@ package policy
 
 import (
 	"fmt"
+	"net"
 	"net/textproto"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -101,6 +103,7 @@ func (c *compiler) adopt(p *Policy, raw *rawConfig) {
 		p.identitySet[id.Name] = true
 	}
 	p.DenyMessage = c.message(raw.Deny.Message, "deny.message")
+	c.upstreamProxy(p, raw.UpstreamProxy)
 	for i := range raw.Allow {
 		if i >= len(p.Rules) {
 			break
@@ -240,4 +243,38 @@ func (d *Decision) InjectFor() *Inject {
 		}
 	}
 	return nil
+}
+
+// UpstreamProxy is a parent (corporate) proxy. egressd still resolves every
+// name and checks every address itself, and asks the parent to CONNECT to
+// the checked address, never to a name the parent would resolve on its own.
+type UpstreamProxy struct {
+	Addr     string // host:port of the parent proxy
+	AuthFile string // file holding "user:password" for Proxy-Authorization; "" for none
+}
+
+type rawUpstreamProxy struct {
+	Address  at[string] `yaml:"address"`
+	AuthFrom at[string] `yaml:"auth_from"`
+}
+
+func (c *compiler) upstreamProxy(p *Policy, r *rawUpstreamProxy) {
+	if r == nil {
+		return
+	}
+	h, port, err := net.SplitHostPort(r.Address.V)
+	if n, perr := strconv.Atoi(port); err != nil || h == "" || perr != nil || n < 1 || n > 65535 {
+		c.errf(r.Address.Line, "upstream_proxy.address", "%q: want host:port of the parent proxy, e.g. 10.0.0.1:8080", r.Address.V)
+		return
+	}
+	up := &UpstreamProxy{Addr: r.Address.V}
+	if r.AuthFrom.V != "" {
+		path, ok := strings.CutPrefix(r.AuthFrom.V, "file:")
+		if !ok || !filepath.IsAbs(path) || filepath.Clean(path) != path {
+			c.errf(r.AuthFrom.Line, "upstream_proxy.auth_from", "%q: want file:/absolute/path of a file holding user:password", r.AuthFrom.V)
+			return
+		}
+		up.AuthFile = path
+	}
+	p.UpstreamProxy = up
 }

@@ -110,6 +110,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		resolverDial: cfg.ResolverDial,
 		self:         x.isSelf,
 		control:      cfg.Control,
+		secrets:      x.secret,
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
