@@ -23,6 +23,7 @@ allow:
     mirror: npm
     identities: [build]
     message: "publish through CI, not from a sandbox"
+    inject: {prefix: "Bearer ", value_from: "file:/run/secrets/registry"}
   - name: shared
     hosts: [status.example.com]
   - name: addr
