@@ -49,8 +49,9 @@ func cmdReplay(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("replay", stderr)
 	cfg := configFlag(fs)
 	logFile := fs.String("log", "", "decision log to decide again (JSON lines of egressd serve)")
+	loosen := fs.Bool("fail-on-loosen", false, "exit 1 only when the config allows something the log shows denied (a pre-deploy gate)")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 || *logFile == "" {
-		fmt.Fprintln(stderr, "usage: egressd replay [--config FILE] --log FILE")
+		fmt.Fprintln(stderr, "usage: egressd replay [--config FILE] --log FILE [--fail-on-loosen]")
 		return exitUsage
 	}
 	p, err := loadPolicy(*cfg)
@@ -64,7 +65,7 @@ func cmdReplay(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	d := suggest.Replay(p, entries)
 	d.Write(stdout)
-	if len(d.Changes) > 0 {
+	if *loosen && d.Loosened() || !*loosen && len(d.Changes) > 0 {
 		return exitDeny
 	}
 	return exitOK

@@ -109,3 +109,36 @@ func TestInitValidates(t *testing.T) {
 		t.Errorf("npm without host: exit %d %q", code, errs)
 	}
 }
+
+func TestSuggestReplayCommands(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "decisions.jsonl")
+	os.WriteFile(log, []byte(`{"msg":"decision","identity":"10.0.0.2","method":"GET","host":"wiki.internal.example","port":80,"path":"/howto","page_type":"read","decision":"deny","reason":"no-rule"}
+{"msg":"decision","identity":"10.0.0.2","method":"GET","host":"docs.python.org","port":443,"path":"/3/","page_type":"read","rule":"docs","decision":"allow","reason":"allowed","inspected":true}
+`), 0o600)
+	code, out, _ := runCmd("suggest", "--log", log)
+	if code != exitOK || !strings.Contains(out, "hosts: [wiki.internal.example]") {
+		t.Errorf("suggest: exit %d\n%s", code, out)
+	}
+	looser := filepath.Join(dir, "new.yaml")
+	os.WriteFile(looser, []byte("version: 1\nallow:\n  - {name: wiki, hosts: [wiki.internal.example], ports: [80]}\n"), 0o600)
+	stricter := filepath.Join(dir, "strict.yaml")
+	os.WriteFile(stricter, []byte("version: 1\nallow: []\n"), 0o600)
+	for _, tt := range []struct {
+		cfg  string
+		args []string
+		want int
+	}{
+		{looser, nil, exitDeny},
+		{looser, []string{"--fail-on-loosen"}, exitDeny},
+		{stricter, nil, exitDeny},                        // docs becomes a deny: a change
+		{stricter, []string{"--fail-on-loosen"}, exitOK}, // but nothing is loosened
+	} {
+		if code, out, errs := runCmd(append([]string{"replay", "--config", tt.cfg, "--log", log}, tt.args...)...); code != tt.want {
+			t.Errorf("replay %s %v: exit %d, want %d\n%s%s", filepath.Base(tt.cfg), tt.args, code, tt.want, out, errs)
+		}
+	}
+	if code, _, _ := runCmd("suggest"); code != exitUsage {
+		t.Errorf("suggest without --log: exit %d", code)
+	}
+}
