@@ -23,7 +23,10 @@ allow:
   - name: registry
     hosts: [registry.example.com]
     mirror: npm
-    identities: [build, ci]
+    identities: [build]
+  - name: ci-only
+    hosts: [ci.example.com]
+    identities: [ci, build]       # ci is known by source: never a probe target
   - name: shared
     hosts: [status.example.com]
 `
