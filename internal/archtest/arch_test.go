@@ -45,7 +45,10 @@ var allowed = map[string][]string{
 	"nft":       {},
 	"ca":        {},
 	"sandbox":   {},
-	"proxy":     {"policy"},
+	"proxy":     {"policy", "inject"},
+	"inject":    {"policy"}, // secrets of inject rules: read files, nothing else
+	"presets":   {"policy"},
+	"suggest":   {"policy"}, // reads logs and prints: never changes a config
 	"dnsfilter": {"policy"},
 	"selftest":  {},
 	"audit":     {},
