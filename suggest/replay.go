@@ -105,9 +105,12 @@ func outcome(e *Entry) (string, bool) {
 	return "deny " + e.Reason, true
 }
 
+// policyReasons are the denials the policy itself decides (not the proxy's
+// own refusals such as quarantine or limits, which a replay cannot redo).
 var policyReasons = func() map[string]bool {
 	m := map[string]bool{}
-	for r := policy.ReasonNoRule; r.String() != "unknown"; r++ {
+	for _, r := range []policy.Reason{policy.ReasonNoRule, policy.ReasonPort, policy.ReasonHighRisk, policy.ReasonSpecialAddr,
+		policy.ReasonBadTarget, policy.ReasonMethod, policy.ReasonPath, policy.ReasonPageType, policy.ReasonMirror} {
 		m[r.String()] = true
 	}
 	return m
