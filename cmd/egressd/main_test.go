@@ -142,3 +142,21 @@ func TestSuggestReplayCommands(t *testing.T) {
 		t.Errorf("suggest without --log: exit %d", code)
 	}
 }
+
+// TestCheckInjectNeverShowsSecret: check reports that a rule injects a
+// credential, never the credential or its file's content.
+func TestCheckInjectNeverShowsSecret(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "token")
+	os.WriteFile(secret, []byte("chk-tok-31337\n"), 0o600)
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - name: reg\n    hosts: [registry.internal.example]\n    inject: {prefix: \"Bearer \", value_from: \"file:"+secret+"\"}\n"), 0o600)
+	code, out, errs := runCmd("check", "--config", cfg, "--json", "https://registry.internal.example/pkg")
+	if code != exitOK || !strings.Contains(out, `"inject":true`) {
+		t.Errorf("check: exit %d %s %s", code, out, errs)
+	}
+	_, text, _ := runCmd("check", "--config", cfg, "https://registry.internal.example/pkg")
+	if strings.Contains(out+text+errs, "chk-tok") {
+		t.Error("check shows the secret")
+	}
+}
