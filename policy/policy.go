@@ -16,6 +16,7 @@ type Policy struct {
 	Sandbox    Sandbox
 	Selftest   Selftest
 	Limits     Limits
+	Audit      Audit
 	Identities []Identity
 	Rules      []*Rule
 
@@ -32,6 +33,7 @@ type Policy struct {
 	denyExact  hostIndex // values unused
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
+	denyLists  []*DomainSet // deny.hosts_files
 
 	// UpstreamProxy is the parent proxy egressd reaches every upstream
 	// through (HTTP CONNECT to the checked address); nil: direct.
@@ -95,6 +97,37 @@ type Limits struct {
 	DialTimeout      time.Duration
 	MirrorBodyBytes  int64
 	DNSQueriesPerSec int
+	// ReadHeadBytes bounds the request headers (names and values) an
+	// inspected rule with page types forwards; QueryBytes bounds its query
+	// string. Mirror rules forward only their ecosystem's headers.
+	ReadHeadBytes int
+	QueryBytes    int
+	// DNSWildcardNames bounds, per identity and wildcard rule, the distinct
+	// names under the wildcard the DNS filter and the proxy resolve; 0 is
+	// no budget. DNSExactOnly resolves only names a rule lists exactly.
+	DNSWildcardNames int
+	DNSExactOnly     bool
+
+	// The upstream side: a client's request head must arrive within
+	// RequestHeaderTimeout; an origin's response head within
+	// ResponseHeaderTimeout and ResponseHeaderBytes; its body may pause
+	// at most ResponseIdleTimeout between bytes and last at most
+	// ResponseTimeout in all. A response cut by one of them, or whose
+	// client left, releases its upstream socket at once.
+	RequestHeaderTimeout  time.Duration
+	ResponseHeaderTimeout time.Duration
+	ResponseHeaderBytes   int
+	ResponseIdleTimeout   time.Duration
+	ResponseTimeout       time.Duration
+}
+
+// Audit says what egressd does when its audit log (serve --audit-log)
+// cannot be written.
+type Audit struct {
+	// OnErrorAllow lets allowed traffic through unaudited (audit.on_error:
+	// allow); false (deny, the default) refuses it with 503
+	// audit-unavailable until writes succeed again.
+	OnErrorAllow bool
 }
 
 // Identity names a client by source CIDRs or proxy user name.
@@ -117,7 +150,10 @@ type Rule struct {
 	Paths    []string // patterns; a trailing '*' matches any rest
 	Mirror   Mirror
 	MirrorOp MirrorOptions
-	TLS      bool // false: raw TCP tunnel, no ClientHello expected
+	// ReadPosts names the read-only POSTs this rule allows as reads
+	// (read_posts: [jira-search]); mirror: git implies git-upload-pack.
+	ReadPosts []string
+	TLS       bool // false: raw TCP tunnel, no ClientHello expected
 
 	// Identities the rule applies to; empty: every client.
 	Identities []string

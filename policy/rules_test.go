@@ -147,6 +147,8 @@ allow:
 		{"unknown identity", "hosts: [a.example.com]\n    identities: [nobody]", "unknown identity \"nobody\""},
 		{"upstream proxy", "hosts: [a.example.com]\nupstream_proxy: {address: proxy.corp.example}", "want host:port of the parent proxy"},
 		{"upstream proxy auth", "hosts: [a.example.com]\nupstream_proxy: {address: \"10.0.0.1:8080\", auth_from: \"user:pw\"}", "want file:/absolute/path"},
+		{"audit typo", "hosts: [a.example.com]\naudit: {on_eror: deny}", "did you mean \"on_error\""},
+		{"inject typo", "hosts: [a.example.com]\n    inject: {value_frm: \"file:/s\"}", "did you mean \"value_from\""},
 		{"message newline", "hosts: [a.example.com]\n    message: \"a\\nb\"", "one line of text"},
 	}
 	for _, tt := range bad {

@@ -23,11 +23,11 @@ func (x *Proxy) injectCredential(r *http.Request, rq *request, p *policy.Policy)
 		for _, h := range strip {
 			r.Header.Del(h)
 		}
-		return x.deny(r, rq, http.StatusForbidden, "inject-cleartext", rq.d.RuleName(),
+		return x.deny(r, rq, policy.ReasonInjectCleartext, rq.d.RuleName(),
 			"rule "+rq.d.RuleName()+" adds a credential, which egressd sends only over TLS: use https:// (or set inject.plain_http for a trusted network)")
 	}
 	if err := x.secret.Apply(r.Header, strip, in); err != nil {
-		return x.deny(r, rq, http.StatusBadGateway, "inject-unavailable", rq.d.RuleName(), err.Error())
+		return x.deny(r, rq, policy.ReasonInjectUnavailable, rq.d.RuleName(), err.Error())
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/elazarl/goproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
 )
@@ -49,10 +50,23 @@ type Config struct {
 	// — denials still get their 403, which is never less safe. nil: always
 	// ready.
 	Ready func() bool
+	// Gate, when set, is asked about every allowed request or tunnel with
+	// the very policy that decided it: a non-empty reason refuses it with
+	// 503 and that reason (e.g. "not-ready" for a policy whose self-test
+	// has not passed, "audit-unavailable"). Asking with the deciding policy,
+	// not a separate flag, is what makes a reload's swap and its gate one
+	// step. nil: no gate.
+	Gate func(p *policy.Policy) (reason policy.Reason, detail string)
 	// ReadyExempt lets a client connection (by its remote address) through
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
 	ReadyExempt func(remote netip.AddrPort) bool
+	// FDReserve is how many file descriptors the proxy leaves to the rest
+	// of egressd (admin endpoint, netlink, audit log, DNS): below it new
+	// clients are shed with 503 fd-limit. 0: 128; negative: no shedding.
+	FDReserve int
+	// FDLimit replaces the soft RLIMIT_NOFILE as the ceiling (tests).
+	FDLimit func() int
 	// Secrets reads the credentials of inject rules; nil: a Store of the
 	// proxy's own.
 	Secrets *inject.Store
@@ -70,8 +84,10 @@ type Proxy struct {
 	log    *slog.Logger
 	m      *metrics
 	ready  func() bool
+	gate   func(*policy.Policy) (policy.Reason, string)
 	exempt func(netip.AddrPort) bool
 	ids    *tracker
+	fds    *fdGuard
 	secret *inject.Store
 
 	mu      sync.Mutex
@@ -94,6 +110,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		log:    cfg.Logger,
 		m:      newMetrics(cfg.Registry),
 		ready:  cfg.Ready,
+		gate:   cfg.Gate,
 		exempt: cfg.ReadyExempt,
 		ids:    newTracker(),
 		secret: cfg.Secrets,
@@ -105,25 +122,37 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	if x.secret == nil {
 		x.secret = &inject.Store{}
 	}
+	x.fds = &fdGuard{limit: fdLimit, count: fdCount, reserve: cfg.FDReserve}
+	switch {
+	case cfg.FDReserve == 0:
+		x.fds.reserve = defaultFDReserve
+	case cfg.FDReserve < 0:
+		x.fds.limit = func() int { return 0 }
+	}
+	if cfg.FDLimit != nil && cfg.FDReserve >= 0 {
+		x.fds.limit = cfg.FDLimit
+	}
 	x.pol.Store(p)
 	x.dialer = &checkedDialer{
 		resolverDial: cfg.ResolverDial,
 		self:         x.isSelf,
 		control:      cfg.Control,
+		log:          x.log,
 		secrets:      x.secret,
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
-		Proxy:                 nil, // never chain through environment proxies
-		DialContext:           x.dialUpstream,
-		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     false,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64, // Go's default of 2 throttles a proxy
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // never chain through environment proxies
+		DialContext:            x.dialUpstream,
+		TLSClientConfig:        &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      false,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    64, // Go's default of 2 throttles a proxy
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  p.Limits.ResponseHeaderTimeout, // at start; request.go follows reloads
+		MaxResponseHeaderBytes: int64(p.Limits.ResponseHeaderBytes),
+		ExpectContinueTimeout:  time.Second,
 	}
 	x.up = &upstream{dial: x.dialDecided, limits: x.tr}
 	gp := goproxy.NewProxyHttpServer()
@@ -134,8 +163,8 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	gp.CertStore = nil
 	gp.KeepAcceptEncoding = true
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		x.m.requests.WithLabelValues("deny", "not-proxy-request", "", "").Inc()
-		http.Error(w, "egressd: this is a forward proxy: send absolute-form requests (http://host/path) or CONNECT", http.StatusBadRequest)
+		x.m.requests.WithLabelValues("deny", policy.ReasonNotProxyRequest.String(), "", "").Inc()
+		http.Error(w, "egressd: "+policy.ReasonNotProxyRequest.Help(), policy.ReasonNotProxyRequest.Status())
 	})
 	gp.OnRequest().DoFunc(x.onRequest)
 	gp.OnRequest().HandleConnectFunc(x.onConnect)
@@ -170,7 +199,7 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 	p := x.Policy()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: p.Limits.RequestHeaderTimeout,
 		IdleTimeout:       p.Limits.IdleTimeout,
 		MaxHeaderBytes:    p.Limits.HeaderBytes,
 		ErrorLog:          log.New(io.Discard, "", 0),
@@ -179,7 +208,8 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 		},
 	}
 	x.track(srv)
-	return srv.Serve(&scanListener{Listener: l, headLimit: p.Limits.HeaderBytes})
+	shed := &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc}
+	return srv.Serve(&scanListener{Listener: shed, headLimit: p.Limits.HeaderBytes})
 }
 
 // Shutdown stops accepting, closes open tunnels, and waits for requests.
@@ -249,9 +279,12 @@ type request struct {
 	path     string
 	// connect state for an inspected tunnel: inner requests must name the
 	// same host and port, and the TLS SNI must match.
-	tunnel  *request
-	conn    *scanConn // client connection of an inspected tunnel
-	message string    // the operator's text for a denial (policy.Message)
+	tunnel *request
+	conn   *scanConn // client connection of an inspected tunnel
+	// w answers a plain request (nil inside tunnels): a slow response's
+	// head is flushed through it.
+	w       http.ResponseWriter
+	message string // the operator's text for a denial (policy.Message)
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -266,23 +299,23 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		head, _ = sc.next()
 	}
-	rq := &request{start: start, method: r.Method, identity: x.identify(r)}
+	rq := &request{start: start, method: r.Method, identity: x.identify(r), w: w}
 	if head.bad != "" {
-		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
+		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
 		return
 	}
 	transparent, _ := r.Context().Value(keyTransparent).(bool)
 	if !transparent && r.Method != http.MethodConnect && head.hostSeen && r.URL.IsAbs() && !sameHostHeader(head.host, r.URL.Host, r.URL.Scheme) {
-		x.refuse(w, r, rq, http.StatusBadRequest, "host-mismatch", fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
+		x.refuse(w, r, rq, policy.ReasonHostMismatch, fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
 		return
 	}
 	if x.ids.quarantined(rq.identity) {
-		x.refuse(w, r, rq, http.StatusForbidden, "quarantine", "identity "+rq.identity+" is quarantined")
+		x.refuse(w, r, rq, policy.ReasonQuarantine, "identity "+rq.identity+" is quarantined")
 		return
 	}
 	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
 	if !ok {
-		x.refuse(w, r, rq, http.StatusTooManyRequests, "conn-limit", "too many concurrent connections for identity "+orNone(rq.identity))
+		x.refuse(w, r, rq, policy.ReasonConnLimit, "too many concurrent connections for identity "+orNone(rq.identity))
 		return
 	}
 	rq.release = release
@@ -341,16 +374,17 @@ func (x *Proxy) identify(r *http.Request) string {
 
 // refuse answers a request that never reached a decision rule (hygiene,
 // readiness, quarantine) and logs it.
-func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, status int, reason, detail string) {
-	w.Header().Set("X-Egressd-Deny", reason)
+func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reason policy.Reason, detail string) {
+	status := reason.Status()
+	w.Header().Set("X-Egressd-Deny", reason.String())
 	w.Header().Set("Connection", "close")
 	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
-	x.m.requests.WithLabelValues("deny", reason, "", "").Inc()
-	x.log.LogAttrs(r.Context(), slog.LevelWarn, "decision",
-		slog.String("identity", rq.identity), slog.String("method", r.Method),
-		slog.String("host", r.Host), slog.String("path", truncate(r.URL.Path, maxLogPath)),
-		slog.String("decision", "deny"), slog.String("reason", reason), slog.String("detail", detail),
-		slog.Int("status", status))
+	x.m.requests.WithLabelValues("deny", reason.String(), "", "").Inc()
+	x.log.LogAttrs(r.Context(), slog.LevelWarn, event.Msg,
+		slog.String(event.KeyIdentity, rq.identity), slog.String(event.KeyMethod, r.Method),
+		slog.String(event.KeyHost, r.Host), slog.String(event.KeyPath, truncate(r.URL.Path, maxLogPath)),
+		slog.String(event.KeyDecision, event.Deny), slog.String(event.KeyReason, reason.String()), slog.String(event.KeyDetail, detail),
+		slog.Int(event.KeyStatus, status))
 }
 
 const maxLogPath = 200
@@ -364,7 +398,7 @@ func truncate(s string, n int) string {
 
 // denyResponse is the 403 (or other) a client gets for a decision; the
 // operator's message, if any, follows on a line of its own.
-func denyResponse(r *http.Request, status int, reason, rule, detail, message string) *http.Response {
+func denyResponse(r *http.Request, reason policy.Reason, rule, detail, message string) *http.Response {
 	var b strings.Builder
 	fmt.Fprintf(&b, "egressd: denied: %s", reason)
 	if rule != "" {
@@ -377,23 +411,27 @@ func denyResponse(r *http.Request, status int, reason, rule, detail, message str
 	if message != "" {
 		fmt.Fprintf(&b, "%s\n", message)
 	}
-	resp := goproxy.NewResponse(r, goproxy.ContentTypeText, status, b.String())
-	resp.Header.Set("X-Egressd-Deny", reason)
+	resp := goproxy.NewResponse(r, goproxy.ContentTypeText, reason.Status(), b.String())
+	resp.Header.Set("X-Egressd-Deny", reason.String())
 	return resp
 }
 
-// isReady applies the Ready gate for a client at remote (host:port),
-// letting exempt connections through.
-func (x *Proxy) isReady(remote string) bool {
-	if x.ready == nil || x.ready() {
-		return true
+// refusal applies the Ready gate and the Gate to an allowed request or
+// tunnel decided by p for a client at remote (host:port): "" lets it
+// through, else the reason and detail of its 503. The self-test's own
+// connections are exempt.
+func (x *Proxy) refusal(p *policy.Policy, remote string) (reason policy.Reason, detail string) {
+	switch {
+	case x.ready != nil && !x.ready():
+		reason, detail = policy.ReasonNotReady, policy.ReasonNotReady.Help()
+	case x.gate != nil:
+		reason, detail = x.gate(p)
 	}
-	if x.exempt == nil {
-		return false
+	if !reason.Denies() || x.exempt == nil {
+		return reason, detail
 	}
-	ap, err := netip.ParseAddrPort(remote)
-	return err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	if ap, err := netip.ParseAddrPort(remote); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
+		return policy.ReasonAllowed, ""
+	}
+	return reason, detail
 }
-
-// notReady is the detail of a 503 while the self-test has not passed.
-const notReady = "egressd is not ready: the self-test has not passed yet (see /readyz)"

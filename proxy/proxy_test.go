@@ -402,8 +402,7 @@ func TestNotReady(t *testing.T) {
 }
 
 func TestUpstreamTimeout(t *testing.T) {
-	h := newHarness(t, testConfig, testNames)
-	h.px.tr.ResponseHeaderTimeout = 200 * time.Millisecond
+	h := newHarness(t, testConfig+"limits:\n  response_header_timeout: 200ms\n", testNames)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -473,15 +472,9 @@ func TestCurl(t *testing.T) {
 
 func waitLog(t *testing.T, h *harness, substr string) string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, l := range strings.Split(h.logs.String(), "\n") {
-			if strings.Contains(l, substr) {
-				return l
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	line, err := h.logs.Wait(10*time.Second, nil, substr)
+	if err != nil {
+		t.Fatalf("%v in:\n%s", err, h.logs.String())
 	}
-	t.Fatalf("no log line with %s in:\n%s", substr, h.logs.String())
-	return ""
+	return line
 }

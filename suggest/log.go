@@ -11,27 +11,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"time"
+
+	"github.com/egressd/egressd/event"
 )
 
-// Entry is one decision line of the proxy's JSON log (the fields egressd
-// serve writes on stderr, and the audit log repeats).
-type Entry struct {
-	Time      time.Time `json:"time"`
-	Msg       string    `json:"msg"`
-	Identity  string    `json:"identity"`
-	View      string    `json:"view"`
-	Method    string    `json:"method"`
-	Host      string    `json:"host"`
-	Port      int       `json:"port"`
-	Path      string    `json:"path"`
-	PageType  string    `json:"page_type"`
-	Rule      string    `json:"rule"`
-	Decision  string    `json:"decision"`
-	Reason    string    `json:"reason"`
-	HighRisk  bool      `json:"high_risk"`
-	Inspected bool      `json:"inspected"`
-}
+// Entry is one decision line of the proxy's JSON log (what egressd serve
+// writes on stderr, and the audit log repeats).
+type Entry = event.Record
 
 // maxLine bounds one log line.
 const maxLine = 1 << 20
@@ -43,7 +29,7 @@ func Read(r io.Reader) (entries []Entry, skipped int, err error) {
 	sc.Buffer(nil, maxLine)
 	for sc.Scan() {
 		var e Entry
-		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Msg != "decision" {
+		if json.Unmarshal(sc.Bytes(), &e) != nil || !e.IsDecision() {
 			skipped++
 			continue
 		}
@@ -57,7 +43,7 @@ func Read(r io.Reader) (entries []Entry, skipped int, err error) {
 
 // who is the identity a line was decided for: the declared identity whose
 // view applied, else the identity label the proxy logged.
-func (e *Entry) who() string {
+func who(e *Entry) string {
 	if e.View != "" {
 		return e.View
 	}

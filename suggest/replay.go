@@ -56,7 +56,7 @@ func Replay(p *policy.Policy, entries []Entry) Diff {
 				d.Skipped++
 				continue
 			}
-			dec = p.DecideTargetAs(&t, e.who())
+			dec = p.DecideTargetAs(&t, who(e))
 		} else {
 			scheme := "http"
 			if e.Inspected || e.Port == 443 {
@@ -68,7 +68,7 @@ func Replay(p *policy.Policy, entries []Entry) Diff {
 				d.Skipped++
 				continue
 			}
-			dec = p.DecideRequestAs(&t, e.who(), e.Method, "", 0)
+			dec = p.DecideRequestAs(&t, who(e), e.Method, "", 0)
 		}
 		d.Replayed++
 		now := "allow"
@@ -78,7 +78,7 @@ func Replay(p *policy.Policy, entries []Entry) Diff {
 		if now == was || strings.HasPrefix(was, "deny") && strings.HasPrefix(now, "deny") {
 			continue // same outcome (a different deny reason is no change in effect)
 		}
-		k := Change{Identity: e.who(), Method: e.Method, Target: target, Was: was, Now: now}
+		k := Change{Identity: who(e), Method: e.Method, Target: target, Was: was, Now: now}
 		if j, ok := idx[k]; ok {
 			d.Changes[j].Count++
 			continue

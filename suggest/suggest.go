@@ -55,7 +55,7 @@ func Suggest(w io.Writer, entries []Entry, o Options) {
 	never := map[string]int{} // "reason host" → count
 	for i := range entries {
 		e := &entries[i]
-		if e.Decision != "deny" || o.Identity != "" && e.who() != o.Identity && e.Identity != o.Identity {
+		if e.Decision != "deny" || o.Identity != "" && who(e) != o.Identity && e.Identity != o.Identity {
 			continue
 		}
 		if e.HighRisk || neverSuggested[e.Reason] {

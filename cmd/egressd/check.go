@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 
@@ -48,6 +49,11 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: egressd check [--config FILE] [--identity ID] [--method M] [--content-type T] [--json] URL|HOST:PORT")
 		return exitUsage
 	}
+	if _, _, err := net.SplitHostPort(pos[0]); err != nil && !strings.Contains(pos[0], "://") {
+		// a bare host is a question egressd cannot answer: which port, which URL?
+		fmt.Fprintf(stderr, "egressd check: %q: want a URL or host:port (e.g. https://%s/ or %s:443)\n", pos[0], pos[0], pos[0])
+		return exitUsage
+	}
 	p, err := loadPolicy(*cfg)
 	if err != nil {
 		printConfigError(stderr, err)
@@ -57,7 +63,7 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "egressd: check: --identity %q is not declared under identities[] in %s\n", *identity, p.Source)
 		return exitUsage
 	}
-	res := decide(p, pos[0], *identity, strings.ToUpper(*method), *ctype)
+	res := decide(p, pos[0], *identity, *method, *ctype) // as sent: the proxy decides the same method string
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 )
@@ -87,21 +88,8 @@ func readHistory(path string) ([]historyLine, error) {
 	return out, nil
 }
 
-// decision is the part of a proxy decision line the report reads.
-type decision struct {
-	Time     time.Time `json:"time"`
-	Msg      string    `json:"msg"`
-	Identity string    `json:"identity"`
-	Method   string    `json:"method"`
-	Host     string    `json:"host"`
-	Port     int       `json:"port"`
-	Path     string    `json:"path"`
-	Rule     string    `json:"rule"`
-	Decision string    `json:"decision"`
-	Reason   string    `json:"reason"`
-	HighRisk bool      `json:"high_risk"`
-	Status   int       `json:"status"`
-}
+// decision is a proxy decision line as the report reads it.
+type decision = event.Record
 
 type decisionLog struct {
 	lines, decisions, allowed, skipped int
@@ -126,7 +114,7 @@ func readDecisionLog(path string) (*decisionLog, error) {
 			dl.skipped++
 			continue
 		}
-		if d.Msg != "decision" {
+		if !d.IsDecision() {
 			continue
 		}
 		dl.decisions++
@@ -139,7 +127,7 @@ func readDecisionLog(path string) (*decisionLog, error) {
 		if d.HighRisk {
 			dl.highRisk = append(dl.highRisk, d)
 		}
-		if d.Decision == "allow" {
+		if d.Decision == event.Allow {
 			dl.allowed++
 			continue
 		}

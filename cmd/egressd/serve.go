@@ -46,7 +46,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	auditLog := fs.String("audit-log", "", "also append every decision to FILE as a hash-chained line (egressd audit verify FILE)")
 	walls := fs.Bool("walls", false, "apply the nftables walls for the config's sandbox settings in this namespace (root), keep them in sync, and leave them in place on exit")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
-		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--no-selftest]")
+		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--walls] [--walls-interval D] [--audit-log FILE] [--log-level L] [--no-selftest]")
 		return exitUsage
 	}
 	log, err := newLogger(stderr, *level)
@@ -54,13 +54,13 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	var sink *audit.Sink
 	if *auditLog != "" {
-		sink, err := audit.Open(*auditLog)
-		if err != nil {
+		if sink, err = audit.Open(*auditLog); err != nil {
 			fmt.Fprintf(stderr, "egressd: %v\n", err)
 			return exitUsage
 		}
-		defer sink.Close() // the seal, after Run returns
+		defer sink.Close() // on early exits; Run's stop seals it and reports a failure
 		log = slog.New(sink.Handler(log.Handler()))
 	}
 	authority, err := ca.LoadOrCreate(filepath.Join(*stateDir, "ca"))
@@ -73,6 +73,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		Logger:     log,
 		CA:         authority,
 		NoSelftest: *noSelftest,
+		Audit:      sink,
 	}
 	if *walls {
 		wireWalls(&opt)
