@@ -243,12 +243,9 @@ func (d *Daemon) Addrs() (proxyAddr, dnsAddr, adminAddr string) {
 	return d.proxyAddr, d.dnsAddr, d.adminAddr
 }
 
-// Run serves until ctx ends. It binds the listeners, applies the walls,
-// runs the boot self-test (not ready until it passes), and runs the
-// scheduled self-test.
-func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
-	p := d.Policy()
-	errc := make(chan error, 4)
+// listen binds the proxy, transparent, DNS and admin listeners of p and
+// serves each in a goroutine that reports its end on errc.
+func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 	pl := d.opt.ProxyListener
 	if pl == nil {
 		var err error
@@ -294,6 +291,18 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		d.adminAddr = al.Addr().String()
 		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- d.admin.Serve(al) }()
+	}
+	return nil
+}
+
+// Run serves until ctx ends. It binds the listeners, applies the walls,
+// runs the boot self-test (not ready until it passes), and runs the
+// scheduled self-test.
+func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
+	p := d.Policy()
+	errc := make(chan error, 4)
+	if err := d.listen(p, errc); err != nil {
+		return err
 	}
 	if d.opt.Walls != nil {
 		if err := d.opt.Walls(ctx, p); err != nil {

@@ -181,6 +181,21 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 && len(rr.HostsFiles) == 0 {
 		c.errf(line, f, "rule %q names no hosts and no cidrs: it would match nothing", r.Name)
 	}
+	c.ruleTargets(r, rr, f)
+	c.ruleRequests(r, rr, f)
+	c.ruleMirror(r, rr, f)
+	if rr.TLS != nil {
+		r.TLS = rr.TLS.V
+		if !r.TLS && !r.HostOnly() {
+			c.errf(rr.TLS.Line, f+".tls", "tls: false tunnels raw TCP, where no page, method, path or mirror check is possible: add pages: [\"*\"] and drop methods, paths and mirror")
+		}
+	}
+	return r
+}
+
+// ruleTargets compiles what a rule matches: hosts, host lists, cidrs and
+// ports.
+func (c *compiler) ruleTargets(r *Rule, rr *rawRule, f string) {
 	for j, h := range rr.Hosts {
 		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok && !r.Hosts.add(pat) {
 			c.errf(h.Line, fmt.Sprintf("%s.hosts[%d]", f, j), "rule %q holds more than 4 GiB of host names", r.Name)
@@ -202,6 +217,10 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 			r.ports = append(r.ports, pr)
 		}
 	}
+}
+
+// ruleRequests compiles a rule's request checks: pages, methods, paths.
+func (c *compiler) ruleRequests(r *Rule, rr *rawRule, f string) {
 	if len(rr.Pages) == 0 {
 		r.Pages = DefaultPages
 	}
@@ -232,6 +251,10 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		}
 		r.Paths = append(r.Paths, s.V)
 	}
+}
+
+// ruleMirror compiles a rule's mirror grammar and what goes with it.
+func (c *compiler) ruleMirror(r *Rule, rr *rawRule, f string) {
 	if rr.Mirror.V != "" {
 		m, ok := ParseMirror(rr.Mirror.V)
 		if !ok {
@@ -260,13 +283,6 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		}
 		r.ReadPosts = append(r.ReadPosts, s.V)
 	}
-	if rr.TLS != nil {
-		r.TLS = rr.TLS.V
-		if !r.TLS && !r.HostOnly() {
-			c.errf(rr.TLS.Line, f+".tls", "tls: false tunnels raw TCP, where no page, method, path or mirror check is possible: add pages: [\"*\"] and drop methods, paths and mirror")
-		}
-	}
-	return r
 }
 
 func firstLine(rr *rawRule) int {

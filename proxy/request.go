@@ -115,7 +115,7 @@ func innerTarget(tun *request, r *http.Request) (policy.Target, error) {
 		return t, err
 	}
 	if port != t.Port || name != t.Name || addr != t.Addr {
-		return t, fmt.Errorf("Host %q disagrees with the tunnel's %s:%d", hostHdr, t.Host(), t.Port)
+		return t, fmt.Errorf("header Host %q disagrees with the tunnel's %s:%d", hostHdr, t.Host(), t.Port)
 	}
 	t.Path, t.Query, _ = strings.Cut(uri, "?")
 	return t, nil

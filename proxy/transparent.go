@@ -42,13 +42,13 @@ func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme s
 	case r.Host == "":
 		err = errors.New("no Host header: a transparent request must name its host")
 	case err == nil && hport != port:
-		err = fmt.Errorf("Host %q names port %d on a connection to port %d", r.Host, hport, port)
+		err = fmt.Errorf("header Host %q names port %d on a connection to port %d", r.Host, hport, port)
 	case err == nil && !strings.HasPrefix(r.RequestURI, "/"):
 		err = fmt.Errorf("request target %.60q is not origin-form", r.RequestURI)
 	}
 	if err == nil && sni != "" {
 		if name, addr, nerr := policy.NormalizeHost(host); nerr != nil || addr.IsValid() || name != sni {
-			err = fmt.Errorf("Host %q disagrees with the TLS SNI %q", r.Host, sni)
+			err = fmt.Errorf("header Host %q disagrees with the TLS SNI %q", r.Host, sni)
 		}
 	}
 	if err != nil {

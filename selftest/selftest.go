@@ -207,7 +207,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 func (c *Config) check() error {
 	var errs []error
 	if c.Dial == nil {
-		errs = append(errs, errors.New("Dial is required"))
+		errs = append(errs, errors.New("selftest: Options.Dial is required"))
 	}
 	for _, u := range append(slices.Clip(c.ExpectReachable), c.CanaryURL, c.CanaryLog, c.HostTrickURL) {
 		if u == "" {

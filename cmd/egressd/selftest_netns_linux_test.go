@@ -151,8 +151,6 @@ func (l *stLab) startServe(t *testing.T, extra ...string) {
 	l.serve = startServeIn(t, l.topo, l.bin, append([]string{"--walls", "--walls-interval", "1h", "--config", l.cfg, "--state-dir", l.state}, extra...)...)
 }
 
-func (l *stLab) serveLogs() string { return l.serve.logs.String() }
-
 // readyz returns serve's readiness as the admin endpoint says it.
 func (l *stLab) readyz(t *testing.T) (int, string) {
 	t.Helper()

@@ -392,7 +392,6 @@ var (
 	csOCIMedia   = mkCharset("A-Za-z0-9.+/_-")
 	csOCIWord    = mkCharset("A-Za-z0-9._@:-")
 	csGitSeg     = mkCharset("A-Za-z0-9._~-")
-	csPrintable  = mkCharset("!-~")
 )
 
 // isLowerHex reports whether s is exactly n lower-case hex digits.
