@@ -61,8 +61,10 @@ resolver:
 identities:
   - name: build
     user: build
+    token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881 # "x", the password basic() sends
   - name: research
     user: research
+    token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881
 deny:
   message: "ask #platform; the internal mirror is https://mirror.example.net"
 allow:

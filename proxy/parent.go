@@ -74,18 +74,18 @@ func (pd *parentDialer) dial(ctx context.Context, nd *net.Dialer, target netip.A
 	if n := br.Buffered(); n > 0 {
 		// bytes of the tunnel that arrived with the answer
 		pre, _ := br.Peek(n)
-		return &prefixConn{Conn: c, pre: append([]byte(nil), pre...)}, nil
+		return &parentConn{Conn: c, pre: append([]byte(nil), pre...)}, nil
 	}
 	return c, nil
 }
 
-// prefixConn reads pre before the socket.
-type prefixConn struct {
+// parentConn reads pre before the socket.
+type parentConn struct {
 	net.Conn
 	pre []byte
 }
 
-func (c *prefixConn) Read(p []byte) (int, error) {
+func (c *parentConn) Read(p []byte) (int, error) {
 	if len(c.pre) > 0 {
 		n := copy(p, c.pre)
 		c.pre = c.pre[n:]

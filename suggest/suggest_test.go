@@ -78,8 +78,8 @@ func TestReplay(t *testing.T) {
 	}
 	next, err := policy.Parse(strings.NewReader(`version: 1
 identities:
-  - {name: research, user: research}
-  - {name: build, user: build}
+  - {name: research, user: research, token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881}
+  - {name: build, user: build, token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881}
 allow:
   - {name: docs, hosts: [docs.example.com], identities: [research], pages: [read], methods: [GET]}
   - {name: pypi, hosts: [pypi.internal.example], mirror: pypi, identities: [research]}

@@ -122,8 +122,8 @@ func TestInjectPipInstall(t *testing.T) {
 resolver:
   upstreams: ["%s"]
 identities:
-  - {name: build, user: build}
-  - {name: research, user: research}
+  - {name: build, user: build, token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881} # pip's proxy password: "x"
+  - {name: research, user: research, token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881}
 allow:
   - name: private-index
     hosts: [pypi.internal.example]

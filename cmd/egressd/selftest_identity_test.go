@@ -13,8 +13,8 @@ import (
 
 const identityProbeConfig = `version: 1
 identities:
-  - {name: research, user: research}
-  - {name: build, user: build}
+  - {name: research, user: research, token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881}
+  - {name: build, user: build, token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881}
   - {name: ci, cidrs: [198.51.100.30/32]}
 allow:
   - name: docs
@@ -31,11 +31,10 @@ allow:
     hosts: [status.example.com]
 `
 
-// TestIdentityProbes: one probe per identity a sandbox names by proxy user,
-// to a host only another identity's rule allows; against the real proxy
-// each is refused. (Negative control: a proxy that decides every request
-// in the view of one identity, or ignores rule identities, lets one
-// through and the probe reports a leak.)
+// TestIdentityProbes: one probe per token identity, to a host only its own
+// rules allow, sent with its user name but not its token; against the real
+// proxy each is refused. (Negative control: rules that apply to everyone
+// let one through and the probe reports a leak.)
 func TestIdentityProbes(t *testing.T) {
 	p := mustPolicy(t, identityProbeConfig)
 	probes := identityProbes(p)
@@ -44,8 +43,8 @@ func TestIdentityProbes(t *testing.T) {
 		got[q.ID] = q.ProxyUser + " " + q.URL + " " + q.Reason
 	}
 	want := map[string]string{
-		"identity/research/registry": "research https://registry.example.com/ no-rule",
-		"identity/build/docs":        "build https://docs.example.com/ no-rule",
+		"identity-label/research/docs":  "research https://docs.example.com/ no-rule",
+		"identity-label/build/registry": "build https://registry.example.com/ no-rule",
 	}
 	if len(got) != len(want) {
 		t.Errorf("probes %v, want %v", got, want)
