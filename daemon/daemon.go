@@ -148,7 +148,10 @@ func New(opt Options) (*Daemon, error) {
 	pc.NameBudget = names
 	d.px = proxy.New(p, pc)
 	if p.Listen.DNS != "" {
-		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names})
+		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names,
+			// allowed names are answered only from the verified policy with
+			// the walls sealed, as the proxy; the self-test's probes pass
+			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt})
 		if err != nil {
 			return nil, fmt.Errorf("dns filter: %w", err)
 		}
@@ -182,14 +185,24 @@ const notVerified = "egressd is not ready: the policy that decided this request 
 // gate is the proxy's Gate: it lets an allowed request through only if the
 // policy that decided it is the verified one and the walls are sealed.
 func (d *Daemon) gate(p *policy.Policy) (reason policy.Reason, detail string) {
+	if reason, detail = d.verifiedGate(p); reason.Denies() {
+		return reason, detail
+	}
+	if refuse, note := d.auditState(p); refuse {
+		return policy.ReasonAuditUnavailable, "egressd cannot write its audit log, and what it cannot record it does not let through: " + note
+	}
+	return policy.ReasonAllowed, ""
+}
+
+// verifiedGate is the part of gate the DNS filter shares (it writes no
+// audit records, so the audit log's state does not gate it): p must be
+// the verified policy and the walls sealed.
+func (d *Daemon) verifiedGate(p *policy.Policy) (reason policy.Reason, detail string) {
 	if !d.ready.Load() {
 		return policy.ReasonNotReady, "egressd is not ready: " + *d.status.Load()
 	}
 	if d.verified.Load() != p {
 		return policy.ReasonNotReady, notVerified
-	}
-	if refuse, note := d.auditState(p); refuse {
-		return policy.ReasonAuditUnavailable, "egressd cannot write its audit log, and what it cannot record it does not let through: " + note
 	}
 	return policy.ReasonAllowed, ""
 }

@@ -56,6 +56,14 @@ type Config struct {
 	// wildcard rules. Share the proxy's (egressd's wiring does), so the
 	// budget is one per identity, not one per path. Nil: the server's own.
 	NameBudget *policy.NameBudget
+	// Gate, when set, is asked before a name the policy allows is
+	// answered: anything but ReasonAllowed gets SERVFAIL and nothing goes
+	// upstream (egressd's wiring: the policy in force is not the verified
+	// one, or the walls are not sealed). Refused names keep their NXDOMAIN.
+	Gate func(p *policy.Policy) (policy.Reason, string)
+	// Exempt, when set, lets a client (by address and port) past Gate: the
+	// self-test's own probes, which must meet the candidate policy.
+	Exempt func(client netip.AddrPort) bool
 }
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
@@ -72,6 +80,8 @@ type Server struct {
 	// wildcard rule; overBudget counts the names it refused, by identity.
 	budget     *policy.NameBudget
 	overBudget *prometheus.CounterVec
+	gate       func(*policy.Policy) (policy.Reason, string)
+	exempt     func(netip.AddrPort) bool
 
 	mu        sync.Mutex
 	closed    bool
@@ -105,13 +115,14 @@ const (
 	resultNXDomain    = "nxdomain"    // name refused by policy: unlisted, high-risk or malformed
 	resultRateLimited = "ratelimited" // client over its query rate
 	resultServFail    = "servfail"    // no upstream gave a usable answer
+	resultNotReady    = "notready"    // allowed name, but the Gate refused: SERVFAIL, nothing upstream
 	resultFormErr     = "formerr"     // not exactly one question
 	resultNotImp      = "notimp"      // opcode other than QUERY, or class other than IN
 	resultIgnored     = "ignored"     // a response, not a query: never answered
 )
 
 var allResults = []string{resultAnswered, resultFiltered, resultNoData, resultNXDomain, resultRateLimited,
-	resultServFail, resultFormErr, resultNotImp, resultIgnored}
+	resultServFail, resultNotReady, resultFormErr, resultNotImp, resultIgnored}
 
 // Log field names.
 const (
@@ -141,6 +152,8 @@ func New(c Config) (*Server, error) {
 		timeout: c.Timeout,
 		limits:  limiters{clients: map[netip.Addr]*client{}},
 		budget:  c.NameBudget,
+		gate:    c.Gate,
+		exempt:  c.Exempt,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_queries_total",
 			Help: "DNS queries answered by the filter, by result.",
@@ -277,6 +290,17 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		return
 	}
 	e.rule = rule.Name
+	if reason, detail := s.gated(p, w); reason.Denies() {
+		// SERVFAIL, not REFUSED: the name may well be allowed once the
+		// policy is verified, and SERVFAIL says "try again" (EAI_AGAIN)
+		// where REFUSED reads as a policy denial. It also fails closed in
+		// the self-test: its canary probe counts REFUSED as a pass and
+		// SERVFAIL as "cannot tell", so a probe that missed its exemption
+		// fails the run instead of passing a leaky candidate.
+		e.result, e.reason = resultNotReady, reason.String()+": "+detail
+		s.reply(w, r, dns.RcodeServerFailure, nil)
+		return
+	}
 	switch v, wildcard, first := s.budget.Allow(p, p.SourceIdentity(e.client), name, time.Now()); v {
 	case policy.NameExactOnly:
 		s.deny(w, r, e, policy.ReasonExactOnly.String())
@@ -430,21 +454,38 @@ func addrString(a netip.Addr) string {
 
 // clientAddr is the query's source address, or the zero Addr when the
 // writer does not say.
-func clientAddr(w dns.ResponseWriter) netip.Addr {
+func clientAddr(w dns.ResponseWriter) netip.Addr { return clientAddrPort(w).Addr() }
+
+// clientAddrPort is the client's address (unmapped) and port; zero if unknown.
+func clientAddrPort(w dns.ResponseWriter) netip.AddrPort {
+	var ap netip.AddrPort
 	switch a := w.RemoteAddr().(type) {
 	case *net.UDPAddr:
-		return a.AddrPort().Addr().Unmap()
+		ap = a.AddrPort()
 	case *net.TCPAddr:
-		return a.AddrPort().Addr().Unmap()
+		ap = a.AddrPort()
 	case nil:
-		return netip.Addr{}
+		return netip.AddrPort{}
 	default:
-		ap, err := netip.ParseAddrPort(a.String())
-		if err != nil {
-			return netip.Addr{}
+		var err error
+		if ap, err = netip.ParseAddrPort(a.String()); err != nil {
+			return netip.AddrPort{}
 		}
-		return ap.Addr().Unmap()
 	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// gated applies Gate to an allowed name decided by p: ReasonAllowed lets it
+// be answered. The self-test's own probes (Exempt) pass.
+func (s *Server) gated(p *policy.Policy, w dns.ResponseWriter) (policy.Reason, string) {
+	if s.gate == nil {
+		return policy.ReasonAllowed, ""
+	}
+	reason, detail := s.gate(p)
+	if reason.Denies() && s.exempt != nil && s.exempt(clientAddrPort(w)) {
+		return policy.ReasonAllowed, ""
+	}
+	return reason, detail
 }
 
 // queryName checks the length caps on a question name and normalizes it

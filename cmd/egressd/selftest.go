@@ -503,17 +503,20 @@ type probeEnv struct {
 }
 
 func (e *probeEnv) apply(c *selftest.Config) {
-	c.Dial, c.ProxyDial, c.ResolverDial, c.ListenICMP, c.SkipDirect = e.dial, probeConns.track(e.proxyDial), e.dnsDial, e.listenICMP, e.skip
+	// the proxy and the DNS filter both exempt these sockets from the
+	// readiness gate: the probes must meet the candidate policy
+	c.Dial, c.ProxyDial, c.ResolverDial, c.ListenICMP, c.SkipDirect = e.dial, probeConns.track(e.proxyDial), probeConns.track(e.dnsDial), e.listenICMP, e.skip
 	c.Proxy, c.DNS = e.proxy, e.dns
 }
 
 var probeSeq atomic.Uint64
 
 // probeConns holds the local addresses of the self-test's open connections
-// to egressd's own proxy. The proxy refuses everything until the boot
-// self-test is sealed, which would include the self-test itself; with
-// proxy.Config.ReadyExempt = probeConns.has these connections, and only
-// they, pass the readiness gate.
+// to egressd's own proxy and resolver. Both refuse what the policy allows
+// until the policy in force is the verified one, which would include the
+// self-test's probes of a candidate; with proxy.Config.ReadyExempt (and the
+// DNS filter's Exempt, wired from it) = probeConns.has these connections,
+// and only they, pass the readiness gate.
 var probeConns = connSet{m: map[netip.AddrPort]int{}}
 
 type connSet struct {
@@ -528,8 +531,12 @@ func (s *connSet) has(ap netip.AddrPort) bool {
 }
 
 // track wraps a dialer so that each connection's local address is in the
-// set while the connection is open.
+// set while the connection is open (a connected UDP socket's too: its
+// address and port are the source of each query it sends).
 func (s *connSet) track(dial selftest.DialFunc) selftest.DialFunc {
+	if dial == nil {
+		return nil // the caller's default applies
+	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
