@@ -137,150 +137,201 @@ func ClassifyPage(r *Request) (PageType, string) {
 		return t, why
 	}
 
-	label := r.Host
-	if i := strings.IndexByte(label, '.'); i >= 0 {
-		label = label[:i]
+	d := pgDecision{r: r, p: p, q: q, safe: safe, label: r.Host}
+	if i := strings.IndexByte(d.label, '.'); i >= 0 {
+		d.label = d.label[:i]
 	}
-	hr := pgHostLabels[label]
-	var s pgSignals
-	if !hr.content && !pgContentHosts[r.Host] {
-		s.walk(p, r.Host, safe)
-	} else if len(p.segs) > 0 {
+	d.hr = pgHostLabels[d.label]
+	if t, why := d.gather(); why != "" {
+		return t, why
+	}
+	return d.decide()
+}
+
+// pgDecision is one request on its way through ClassifyPage's rules: the
+// parsed request, its host rule and the signals of its path and query.
+type pgDecision struct {
+	r     *Request
+	p     *pgPath
+	q     *pgQuery
+	safe  bool
+	label string // the host's first label
+	hr    pgHostRule
+	s     pgSignals
+}
+
+// gather collects the path signals, unless the host is a content host;
+// there only an account function as the first segment decides, returned
+// at once.
+func (d *pgDecision) gather() (PageType, string) {
+	if !d.hr.content && !pgContentHosts[d.r.Host] {
+		d.s.walk(d.p, d.r.Host, d.safe)
+	} else if len(d.p.segs) > 0 {
 		// Content hosts name topics in their paths, but a first segment
 		// that is an account function is that function there too: an
 		// allowed docs host must not become a way to a login page.
-		if rule, ok := pgContentHostFirst[string(p.low(0))]; ok {
+		if rule, ok := pgContentHostFirst[string(d.p.low(0))]; ok {
 			return rule.page, rule.why
 		}
 	}
-	if q.specialN > 0 {
+	if d.q.specialN > 0 {
 		// index.php?title=Special:UserLogin is the page /wiki/Special:UserLogin.
-		sp := q.special[:q.specialN]
-		s.segment(sp, sp, true, true, safe)
+		sp := d.q.special[:d.q.specialN]
+		d.s.segment(sp, sp, true, true, d.safe)
 	}
+	return 0, ""
+}
 
-	// payment
-	if hr.page == PagePayment {
-		return PagePayment, hr.why
-	}
-	if why := pgPaymentHosts[r.Host]; why != "" {
+// decide tries the rules in ClassifyPage's order; the first that fires
+// wins.
+func (d *pgDecision) decide() (PageType, string) {
+	if why := d.payment(); why != "" {
 		return PagePayment, why
 	}
-	if s.payment != "" {
-		return PagePayment, s.payment
+	if why := d.oauth(); why != "" {
+		return PageOAuth, why
 	}
-	// oauth: an authorize or token endpoint, or the authorize query itself.
-	if q.clientID && (q.responseType || q.redirectURI) {
-		return PageOAuth, "query:client_id"
+	if why := d.login(); why != "" {
+		return PageLogin, why
 	}
-	if q.grantType {
-		return PageOAuth, "query:grant_type"
+	if why := d.upload(); why != "" {
+		return PageUpload, why
 	}
-	if s.oauth != "" {
-		return PageOAuth, s.oauth
+	if !d.safe && d.s.publish != "" {
+		return PagePublish, d.s.publish
 	}
-	if s.oauthEnd != "" && (s.oauthMark || strings.HasPrefix(label, "oauth")) {
-		return PageOAuth, s.oauthEnd
+	if why := d.posting(); why != "" {
+		return PagePosting, why
 	}
-	// login
-	if hr.page == PageLogin {
-		return PageLogin, hr.why
+	if why := d.admin(); why != "" {
+		return PageAdmin, why
 	}
-	if s.login != "" {
-		return PageLogin, s.login
+	if !d.safe {
+		return PagePosting, d.otherWrite()
 	}
-	if !safe && s.cred != "" {
-		return PageLogin, s.cred
-	}
-	if q.login != "" {
-		return PageLogin, q.login
-	}
-	// upload
-	if !safe {
-		switch pgContentKind(r.ContentType) {
-		case pgMultipart:
-			return PageUpload, "ctype:multipart"
-		case pgBinary:
-			return PageUpload, "ctype:binary"
-		}
-		if r.Method == "PUT" && r.ContentLength != 0 && !pgStructured(r.ContentType) {
-			return PageUpload, "method:PUT-body" // PUT stores bytes at a URL
-		}
-		switch r.Method {
-		case "MKCOL", "PROPPATCH", "MOVE", "COPY", "LOCK", "UNLOCK":
-			return PageUpload, "method:webdav"
-		}
-		if s.upload != "" {
-			return PageUpload, s.upload
-		}
-	}
-	if hr.page == PageUpload {
-		return PageUpload, hr.why
-	}
-	if s.uploadPage != "" {
-		return PageUpload, s.uploadPage
-	}
-	if q.upload != "" {
-		return PageUpload, q.upload
-	}
-	// publish
-	if !safe && s.publish != "" {
-		return PagePublish, s.publish
-	}
-	// posting
-	if s.compose != "" {
-		return PagePosting, s.compose
-	}
-	if !safe && s.postWrite != "" {
-		return PagePosting, s.postWrite
-	}
-	if q.posting != "" {
-		return PagePosting, q.posting
-	}
-	if q.text && !s.search {
-		return PagePosting, "query:text"
-	}
-	if s.graphql && q.mutation {
-		return PagePosting, "query:mutation"
-	}
-	// admin
-	if hr.page == PageAdmin {
-		return PageAdmin, hr.why
-	}
-	if s.admin != "" {
-		return PageAdmin, s.admin
-	}
-	if !safe && s.adminWrite != "" {
-		return PageAdmin, s.adminWrite
-	}
-	// any other write
-	if !safe {
-		if s.graphql {
-			return PagePosting, "path:graphql"
-		}
-		switch r.Method {
-		case "POST":
-			return PagePosting, "method:POST-unknown"
-		case "PUT":
-			return PagePosting, "method:PUT-unknown"
-		case "PATCH":
-			return PagePosting, "method:PATCH-unknown"
-		case "DELETE":
-			return PagePosting, "method:DELETE-unknown"
-		}
-		return PagePosting, "method:unknown"
-	}
-	if r.ContentLength != 0 {
+	if d.r.ContentLength != 0 {
 		return PagePosting, "body:GET" // a GET that carries a body is not a plain read
 	}
-	// download
-	if hr.page == PageDownload {
-		return PageDownload, hr.why
+	if d.hr.page == PageDownload {
+		return PageDownload, d.hr.why
 	}
-	if why := pgDownload(r, p, q); why != "" {
+	if why := pgDownload(d.r, d.p, d.q); why != "" {
 		return PageDownload, why
 	}
 	return PageRead, "default"
+}
+
+// firstSignal returns the first non-empty signal.
+func firstSignal(whys ...string) string {
+	for _, w := range whys {
+		if w != "" {
+			return w
+		}
+	}
+	return ""
+}
+
+// hostRule returns the host rule's signal if it names page t.
+func (d *pgDecision) hostRule(t PageType) string {
+	if d.hr.page == t {
+		return d.hr.why
+	}
+	return ""
+}
+
+// unsafeOnly returns why for a request that is not GET/HEAD/OPTIONS.
+func (d *pgDecision) unsafeOnly(why string) string {
+	if d.safe {
+		return ""
+	}
+	return why
+}
+
+func (d *pgDecision) payment() string {
+	return firstSignal(d.hostRule(PagePayment), pgPaymentHosts[d.r.Host], d.s.payment)
+}
+
+// oauth: an authorize or token endpoint, or the authorize query itself.
+func (d *pgDecision) oauth() string {
+	switch {
+	case d.q.clientID && (d.q.responseType || d.q.redirectURI):
+		return "query:client_id"
+	case d.q.grantType:
+		return "query:grant_type"
+	case d.s.oauth != "":
+		return d.s.oauth
+	case d.s.oauthEnd != "" && (d.s.oauthMark || strings.HasPrefix(d.label, "oauth")):
+		return d.s.oauthEnd
+	}
+	return ""
+}
+
+func (d *pgDecision) login() string {
+	return firstSignal(d.hostRule(PageLogin), d.s.login, d.unsafeOnly(d.s.cred), d.q.login)
+}
+
+func (d *pgDecision) upload() string {
+	if !d.safe {
+		if why := d.uploadWrite(); why != "" {
+			return why
+		}
+	}
+	return firstSignal(d.hostRule(PageUpload), d.s.uploadPage, d.q.upload)
+}
+
+// uploadWrite is the upload rule for a request that carries a write
+// method: the body's kind, PUT, WebDAV, then the path.
+func (d *pgDecision) uploadWrite() string {
+	r := d.r
+	switch pgContentKind(r.ContentType) {
+	case pgMultipart:
+		return "ctype:multipart"
+	case pgBinary:
+		return "ctype:binary"
+	}
+	if r.Method == "PUT" && r.ContentLength != 0 && !pgStructured(r.ContentType) {
+		return "method:PUT-body" // PUT stores bytes at a URL
+	}
+	switch r.Method {
+	case "MKCOL", "PROPPATCH", "MOVE", "COPY", "LOCK", "UNLOCK":
+		return "method:webdav"
+	}
+	return d.s.upload
+}
+
+func (d *pgDecision) posting() string {
+	if why := firstSignal(d.s.compose, d.unsafeOnly(d.s.postWrite), d.q.posting); why != "" {
+		return why
+	}
+	if d.q.text && !d.s.search {
+		return "query:text"
+	}
+	if d.s.graphql && d.q.mutation {
+		return "query:mutation"
+	}
+	return ""
+}
+
+func (d *pgDecision) admin() string {
+	return firstSignal(d.hostRule(PageAdmin), d.s.admin, d.unsafeOnly(d.s.adminWrite))
+}
+
+// otherWrite names a write no rule above took.
+func (d *pgDecision) otherWrite() string {
+	if d.s.graphql {
+		return "path:graphql"
+	}
+	switch d.r.Method {
+	case "POST":
+		return "method:POST-unknown"
+	case "PUT":
+		return "method:PUT-unknown"
+	case "PATCH":
+		return "method:PATCH-unknown"
+	case "DELETE":
+		return "method:DELETE-unknown"
+	}
+	return "method:unknown"
 }
 
 // pgScratch is ClassifyPage's working memory.
