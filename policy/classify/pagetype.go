@@ -917,62 +917,94 @@ func (s *pgSignals) walk(p *pgPath, host string, safe bool) {
 	if n == 0 {
 		return
 	}
-	last := n - 1
-	skipLo, skipHi := p.names(host)
+	w := pgWalk{p: p, host: host, safe: safe, last: n - 1}
+	w.skipLo, w.skipHi = p.names(host)
 	// A static asset named login.css is not a login page.
-	static := safe && pgHasSuffixAny(p.low(last), pgStaticExts)
-	guarded := false
+	w.static = safe && pgHasSuffixAny(p.low(w.last), pgStaticExts)
 	for i := 0; i < n; i++ {
-		low := p.low(i)
-		relaxed := p.weird
-		if guarded {
-			if !pgHasPrefix(low, "special:") {
-				continue // MediaWiki: /wiki/Special:UserLogin is a function page
-			}
-			relaxed = true
-		}
-		if i == last {
-			s.graphql = string(low) == "graphql"
-		}
-		if i >= skipLo && i < skipHi {
-			// On the web hubs, a repository named exactly "signup" is rarer
-			// than a site route that looks like /<product>/signup.
-			if w := pgWords[string(low)]; skipLo == 0 && w.flags&wLogin != 0 {
-				pgSet(&s.login, w.why)
-			}
-			continue
-		}
-		if i == last && static {
-			continue
-		}
-		if !p.weird && i < last {
-			w := pgWords[string(low)]
-			guarded = guarded || w.flags&wGuard != 0 ||
-				i == 0 && pgHostGuards[host] == string(low) || // pypi.org/project/flask-login/
-				string(low) == "comments" || // reddit /comments/<id>/<slug>
-				string(low) == "questions" && pgDigit(p.low(i + 1)[0]) // /questions/<id>/<slug>, not /questions/ask
-		}
-		switch {
-		case string(low) == "new" && i > 0 && pgNewAfter[string(p.low(i-1))]:
-			pgSet(&s.compose, "path:new")
-		case string(low) == "edit" && i > 0 && (string(p.low(i-1)) == "users" || string(p.low(i-1)) == "profile" ||
-			i > 1 && string(p.low(i-2)) == "users"): // /users/edit, /users/42/edit, /profile/edit
-			pgSet(&s.admin, "path:edit")
-			continue // the account editor, not a compose page
-		case string(low) == "code" && i == last && i > 0 && string(p.low(i-1)) == "device":
-			pgSet(&s.oauth, "path:device/code")
-		case pgHasPrefix(low, "oauth."):
-			pgSet(&s.oauth, "path:oauth.") // Slack's oauth.v2.access
-		}
-		// On a namespace host the first segment after the owner and
-		// repository names is the site route (/<owner>/<repo>/upload/<branch>):
-		// it counts like a first segment.
-		routeAt := skipHi > 0 && (i == skipHi || i == skipHi+1 && p.is(skipHi, "-")) // GitLab: /<ns>/<repo>/-/upload
-		if routeAt && (string(low) == "new" || string(low) == "edit") {
-			pgSet(&s.compose, "path:"+string(low)) // /<owner>/<repo>/new/<branch>: the file editor
-		}
-		s.segment(p.orig(i), low, relaxed || i < 2 || i == last || routeAt, relaxed || i == last, safe)
+		s.walkSegment(&w, i)
 	}
+}
+
+// pgWalk is walk's state across the segments of one path.
+type pgWalk struct {
+	p              *pgPath
+	host           string
+	safe, static   bool
+	guarded        bool // a guard segment came before: what follows is a name
+	last           int
+	skipLo, skipHi int // the owner and repository names on a namespace host
+}
+
+// walkSegment records the words of segment i.
+func (s *pgSignals) walkSegment(w *pgWalk, i int) {
+	p, last := w.p, w.last
+	low := p.low(i)
+	relaxed := p.weird
+	if w.guarded {
+		if !pgHasPrefix(low, "special:") {
+			return // MediaWiki: /wiki/Special:UserLogin is a function page
+		}
+		relaxed = true
+	}
+	if i == last {
+		s.graphql = string(low) == "graphql"
+	}
+	if i >= w.skipLo && i < w.skipHi {
+		// On the web hubs, a repository named exactly "signup" is rarer
+		// than a site route that looks like /<product>/signup.
+		if wd := pgWords[string(low)]; w.skipLo == 0 && wd.flags&wLogin != 0 {
+			pgSet(&s.login, wd.why)
+		}
+		return
+	}
+	if i == last && w.static {
+		return
+	}
+	if !p.weird && i < last {
+		w.guarded = w.guarded || w.guards(i, low)
+	}
+	if s.neighbourWords(p, i, low) {
+		return // the account editor, not a compose page
+	}
+	// On a namespace host the first segment after the owner and
+	// repository names is the site route (/<owner>/<repo>/upload/<branch>):
+	// it counts like a first segment.
+	routeAt := w.skipHi > 0 && (i == w.skipHi || i == w.skipHi+1 && p.is(w.skipHi, "-")) // GitLab: /<ns>/<repo>/-/upload
+	if routeAt && (string(low) == "new" || string(low) == "edit") {
+		pgSet(&s.compose, "path:"+string(low)) // /<owner>/<repo>/new/<branch>: the file editor
+	}
+	s.segment(p.orig(i), low, relaxed || i < 2 || i == last || routeAt, relaxed || i == last, w.safe)
+}
+
+// guards reports whether segment i (not the last) starts a name: what
+// follows it is a package, a thread or a question, not a site route.
+func (w *pgWalk) guards(i int, low []byte) bool {
+	return pgWords[string(low)].flags&wGuard != 0 ||
+		i == 0 && pgHostGuards[w.host] == string(low) || // pypi.org/project/flask-login/
+		string(low) == "comments" || // reddit /comments/<id>/<slug>
+		string(low) == "questions" && pgDigit(w.p.low(i + 1)[0]) // /questions/<id>/<slug>, not /questions/ask
+}
+
+// neighbourWords records the words that mean something only next to the
+// segment before them (/issues/new, /users/42/edit, /device/code). It
+// reports whether the segment is the account editor, which is no compose
+// page and needs no further look.
+func (s *pgSignals) neighbourWords(p *pgPath, i int, low []byte) bool {
+	last := len(p.segs) - 1
+	switch {
+	case string(low) == "new" && i > 0 && pgNewAfter[string(p.low(i-1))]:
+		pgSet(&s.compose, "path:new")
+	case string(low) == "edit" && i > 0 && (string(p.low(i-1)) == "users" || string(p.low(i-1)) == "profile" ||
+		i > 1 && string(p.low(i-2)) == "users"): // /users/edit, /users/42/edit, /profile/edit
+		pgSet(&s.admin, "path:edit")
+		return true
+	case string(low) == "code" && i == last && i > 0 && string(p.low(i-1)) == "device":
+		pgSet(&s.oauth, "path:device/code")
+	case pgHasPrefix(low, "oauth."):
+		pgSet(&s.oauth, "path:oauth.") // Slack's oauth.v2.access
+	}
+	return false
 }
 
 var pgNewAfter = map[string]bool{"issues": true, "pulls": true, "pull": true, "merge_requests": true,
