@@ -1213,56 +1213,73 @@ func (q *pgQuery) scan(raw string) {
 			pgSet(&q.posting, "query:entry") // Google Forms formResponse?entry.N=…
 			continue
 		}
-		kind := pgQueryKeys[string(key)]
-		if kind == 0 {
-			continue
+		if kind := pgQueryKeys[string(key)]; kind != 0 {
+			q.param(kind, key, v)
 		}
+	}
+}
+
+// param records one parameter of a kind ClassifyPage reads; v is raw.
+func (q *pgQuery) param(kind int, key []byte, v string) {
+	switch kind {
+	case qClientID:
+		q.clientID = true
+	case qResponseType:
+		q.responseType = true
+	case qRedirectURI:
+		q.redirectURI = true
+	case qGrantType:
+		q.grantType = true
+	case qWriteArg:
+		pgSet(&q.posting, pgQueryKeyWhy[string(key)])
+	case qText:
+		q.text = true
+	case qQuery:
+		q.mutation = q.mutation || pgHasMutation(v)
+	default:
 		var vb [256]byte
 		val, whole := pgDecode(vb[:0], v)
-		switch kind {
-		case qClientID:
-			q.clientID = true
-		case qResponseType:
-			q.responseType = true
-		case qRedirectURI:
-			q.redirectURI = true
-		case qGrantType:
-			q.grantType = true
-		case qService:
-			q.receivePack = q.receivePack || string(val) == "git-receive-pack"
-			q.uploadPack = q.uploadPack || string(val) == "git-upload-pack"
-		case qWrite:
-			q.writeTrue = q.writeTrue || string(val) == "true"
-		case qScope:
-			// Registry tokens: repository:x:pull,push. A scope too long to read is a write.
-			q.scopeWrite = q.scopeWrite || !whole || bytes.Contains(val, []byte("push")) ||
-				bytes.Contains(val, []byte("delete")) || bytes.IndexByte(val, '*') >= 0
-		case qAction:
-			if a, ok := pgQueryActions[string(val)]; ok && whole {
-				switch a.page {
-				case PageLogin:
-					pgSet(&q.login, a.why)
-				case PageUpload:
-					pgSet(&q.upload, a.why)
-				default:
-					pgSet(&q.posting, a.why)
-				}
-			}
-		case qMethod:
-			if string(val) != "get" && string(val) != "head" {
-				pgSet(&q.posting, "query:_method") // Rails/Laravel method override
-			}
-		case qWriteArg:
-			pgSet(&q.posting, pgQueryKeyWhy[string(key)])
-		case qText:
-			q.text = true
-		case qQuery:
-			q.mutation = q.mutation || pgHasMutation(v)
-		case qTitle:
-			if name, ok := bytes.CutPrefix(val, []byte("special:")); ok && q.specialN == 0 {
-				q.specialN = copy(q.special[:], name)
-			}
+		q.valueParam(kind, val, whole)
+	}
+}
+
+// valueParam records a parameter whose decoded value val matters; whole
+// is false when val was too long to decode in full.
+func (q *pgQuery) valueParam(kind int, val []byte, whole bool) {
+	switch kind {
+	case qService:
+		q.receivePack = q.receivePack || string(val) == "git-receive-pack"
+		q.uploadPack = q.uploadPack || string(val) == "git-upload-pack"
+	case qWrite:
+		q.writeTrue = q.writeTrue || string(val) == "true"
+	case qScope:
+		// Registry tokens: repository:x:pull,push. A scope too long to read is a write.
+		q.scopeWrite = q.scopeWrite || !whole || bytes.Contains(val, []byte("push")) ||
+			bytes.Contains(val, []byte("delete")) || bytes.IndexByte(val, '*') >= 0
+	case qAction:
+		if a, ok := pgQueryActions[string(val)]; ok && whole {
+			q.action(a.page, a.why)
 		}
+	case qMethod:
+		if string(val) != "get" && string(val) != "head" {
+			pgSet(&q.posting, "query:_method") // Rails/Laravel method override
+		}
+	case qTitle:
+		if name, ok := bytes.CutPrefix(val, []byte("special:")); ok && q.specialN == 0 {
+			q.specialN = copy(q.special[:], name)
+		}
+	}
+}
+
+// action records an action= or mode= value that names a function.
+func (q *pgQuery) action(page PageType, why string) {
+	switch page {
+	case PageLogin:
+		pgSet(&q.login, why)
+	case PageUpload:
+		pgSet(&q.upload, why)
+	default:
+		pgSet(&q.posting, why)
 	}
 }
 
