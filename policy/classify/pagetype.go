@@ -669,6 +669,22 @@ const pgMaxDecode = 4
 
 func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 	p := pgPath{b: append(buf, raw...), segs: segs}
+	p.decode()
+	p.half = len(p.b)
+	for i := 0; i < p.half; i++ {
+		c := p.b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		p.b = append(p.b, c)
+	}
+	p.split()
+	return p
+}
+
+// decode unescapes p.b until stable (at most pgMaxDecode rounds) and folds
+// Unicode, marking p weird for every spelling that hides structure.
+func (p *pgPath) decode() {
 	for round := 0; ; round++ {
 		var changed, sep bool
 		p.b, changed, sep = pgUnescape(p.b)
@@ -691,14 +707,12 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 			p.b, p.weird = append(p.b[:0], f...), true
 		}
 	}
-	p.half = len(p.b)
-	for i := 0; i < p.half; i++ {
-		c := p.b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		p.b = append(p.b, c)
-	}
+}
+
+// split cuts the decoded path p.b[:p.half] into segments at '/' and at
+// every other byte some server takes for a separator, dropping path
+// parameters, empty and dot segments (each marks p weird).
+func (p *pgPath) split() {
 	start := 0
 	for i := 0; i <= p.half; i++ {
 		if i < p.half {
@@ -710,27 +724,32 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 				p.weird = true // a separator to some servers
 			}
 		}
-		hi := i
-		for j := start; j < hi; j++ {
-			if p.b[j] == ';' {
-				hi, p.weird = j, true // path parameters: /login;jsessionid=x is /login
-				break
-			}
-		}
-		switch seg := p.b[start:hi]; {
-		case len(seg) == 0:
-			// Only the leading and a trailing slash leave an empty segment.
-			if start != 0 && i != p.half {
-				p.weird = true
-			}
-		case string(seg) == "." || string(seg) == "..":
-			p.weird = true // not resolved: every segment keeps its say
-		default:
-			p.segs = append(p.segs, pgSpan{start, hi})
-		}
+		p.addSegment(start, i)
 		start = i + 1
 	}
-	return p
+}
+
+// addSegment adds the segment p.b[start:end] (end at a separator or the
+// path's end).
+func (p *pgPath) addSegment(start, end int) {
+	hi := end
+	for j := start; j < hi; j++ {
+		if p.b[j] == ';' {
+			hi, p.weird = j, true // path parameters: /login;jsessionid=x is /login
+			break
+		}
+	}
+	switch seg := p.b[start:hi]; {
+	case len(seg) == 0:
+		// Only the leading and a trailing slash leave an empty segment.
+		if start != 0 && end != p.half {
+			p.weird = true
+		}
+	case string(seg) == "." || string(seg) == "..":
+		p.weird = true // not resolved: every segment keeps its say
+	default:
+		p.segs = append(p.segs, pgSpan{start, hi})
+	}
 }
 
 func pgNonASCII(b []byte) bool {
