@@ -1081,6 +1081,14 @@ func (s *pgSignals) segment(orig, low []byte, positional, last, safe bool) bool 
 		pgSet(&s.compose, "path:new-") // /new-story, /new-dataset: a create page
 		fired = true
 	}
+	return s.words(orig, low, positional, last, safe) || fired
+}
+
+// words looks up each word of a segment of several words (camelCase splits
+// too); after a verb, a camelCase word in the last segment makes it a
+// compose page. It reports whether any word fired.
+func (s *pgSignals) words(orig, low []byte, positional, last, safe bool) bool {
+	fired := false
 	prevVerb := ""
 	for i := 0; i < len(orig); {
 		lo, hi, camel := pgNextWord(orig, i)
