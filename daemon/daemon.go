@@ -67,6 +67,9 @@ type Options struct {
 	ProxyListener net.Listener
 	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
 	ProxyConfig proxy.Config
+	// Booted, when set, is called once the boot self-test has set the
+	// readiness (`egressd run` starts its command only then).
+	Booted func(Verdict)
 	// Audit is the audit log Logger writes decisions to (nil: none). While
 	// it cannot be written, allowed traffic is refused with 503
 	// audit-unavailable (unless the policy says audit.on_error: allow)
@@ -283,6 +286,8 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 			return fmt.Errorf("listen dns tcp %s: %w", p.Listen.DNS, err)
 		}
 		d.dnsAddr = udp.LocalAddr().String()
+		d.px.AddListener(udp.LocalAddr())
+		d.px.AddListener(tcp.Addr())
 		go func() { errc <- d.dns.Serve(udp, tcp) }()
 	}
 	if p.Listen.Admin != "" {
@@ -291,6 +296,7 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 			return fmt.Errorf("listen admin %s: %w", p.Listen.Admin, err)
 		}
 		d.adminAddr = al.Addr().String()
+		d.px.AddListener(al.Addr()) // no rule reaches it through the proxy (proxy-loop)
 		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- d.admin.Serve(al) }()
 	}
@@ -397,9 +403,16 @@ func (d *Daemon) boot(ctx context.Context) {
 		d.setStatus(noSelftestWarning)
 		d.verified.Store(d.Policy())
 		d.ready.Store(true)
+		if d.opt.Booted != nil {
+			d.opt.Booted(Verdict{Sealed: true, Note: noSelftestWarning})
+		}
 	} else {
 		p := d.Policy()
-		d.setReadiness(p, d.verify(ctx, "boot", p))
+		v := d.verify(ctx, "boot", p)
+		d.setReadiness(p, v)
+		if d.opt.Booted != nil {
+			d.opt.Booted(v)
+		}
 	}
 	// "ready" is the readiness signal tests and supervisors wait for: from
 	// here the proxy lets allowed traffic through.

@@ -3,6 +3,8 @@ package policy
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -578,6 +580,17 @@ func (c *compiler) identities(p *Policy, ids []rawIdentity) {
 		}
 		if len(id.CIDRs) == 0 && id.User == "" {
 			c.errf(ri.Name.Line, f, "identity %q needs cidrs or a user", id.Name)
+		}
+		switch tok := ri.TokenSHA256.V; {
+		case id.User == "" && tok != "":
+			c.errf(ri.TokenSHA256.Line, f+".token_sha256", "a token needs a user")
+		case id.User != "":
+			b, err := hex.DecodeString(tok)
+			if err != nil || len(b) != sha256.Size {
+				c.errf(ri.User.Line, f+".token_sha256", "identity %q: a user needs token_sha256, the hex SHA-256 of its Proxy-Authorization password (a user name alone is a label anyone can send, not a secret)", id.Name)
+				break
+			}
+			copy(id.TokenSHA256[:], b)
 		}
 		p.Identities = append(p.Identities, id)
 	}

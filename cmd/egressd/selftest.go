@@ -23,6 +23,7 @@ import (
 	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/sandbox"
 	"github.com/egressd/egressd/selftest"
 )
@@ -99,13 +100,13 @@ func cmdSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 // the direct-route probes reported as not run, otherwise), append the run
 // to the history, and turn the report into the daemon's verdict. An
 // incomplete run is never a sealed one.
-func wireSelftest(opt *daemon.Options, stateDir string) {
+func wireSelftest(opt *daemon.Gateway, stateDir string) {
 	if opt.NoSelftest {
 		return
 	}
 	log := opt.Logger
 	walls := opt.Walls != nil
-	opt.ProxyConfig.ReadyExempt = probeConns.has
+	opt.ReadyExempt = probeConns.has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
 		rep, mode, err := runSelftest(ctx, p, stateDir, walls)
 		if err == nil {
@@ -208,7 +209,7 @@ func recordRun(stateDir, source, mode string, p *policy.Policy, rep *selftest.Re
 
 // historyLine is one line of the history file.
 type historyLine struct {
-	Source string           `json:"source"` // "selftest" or "serve"
+	Source string           `json:"source"` // "selftest", "serve" or "run"
 	Mode   string           `json:"mode"`   // modeNamespace or modeLoopback
 	Config string           `json:"config"` // the config file the run tested
 	Report *selftest.Report `json:"report"`
@@ -292,7 +293,56 @@ func selftestConfig(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 		}
 	}
 	c.Refused = refusedRequests(p)
+	c.Own = ownListeners(p)
+	c.InspectHost, c.HeadBytes = inspectHost(p), p.Limits.HeaderBytes
+	c.SilentHost, c.SilentDeadline = cmpOr(c.InspectHost, c.SNIHost), proxy.HelloTimeout
+	// In transparent mode the walls send sandbox TCP 443 and 80 to
+	// egressd: a direct probe there must find egressd refusing, not fail
+	// for having connected.
+	if p.Listen.Transparent != "" {
+		c.Redirected = append(c.Redirected, 443)
+	}
+	if p.Listen.TransparentHTTP != "" {
+		c.Redirected = append(c.Redirected, 80)
+	}
 	return c
+}
+
+// ownListeners are egressd's admin and DNS listeners as the proxy would
+// dial them (an unspecified bind: loopback): none may be reachable through
+// the proxy.
+func ownListeners(p *policy.Policy) []string {
+	var out []string
+	for _, a := range []string{p.Listen.Admin, p.Listen.DNS} {
+		h, port, err := net.SplitHostPort(a)
+		if err != nil || port == "0" {
+			continue
+		}
+		if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
+			h = "127.0.0.1"
+		}
+		out = append(out, net.JoinHostPort(h, port))
+	}
+	return out
+}
+
+// inspectHost picks host:port of an inspected rule on 443 (the first exact
+// host), for the inner head-limit probe; "" when the policy has none.
+func inspectHost(p *policy.Policy) string {
+	for _, r := range p.Rules {
+		h := ruleHost(r)
+		if h == "" || !r.AllowsPort(443) {
+			continue
+		}
+		t, err := policy.ParseAuthority(h + ":443")
+		if err != nil {
+			continue
+		}
+		if d := p.DecideTarget(&t); d.Allow && d.Inspect {
+			return h + ":443"
+		}
+	}
+	return ""
 }
 
 // sniHost picks host:port of a spliced (host-only, TLS) tunnel: an
@@ -562,14 +612,26 @@ func openProbeEnv(p *policy.Policy, namespace bool) (*probeEnv, error) {
 		closeNS()
 		return nil, err
 	}
+	e := nsProbeEnv(ns)
+	e.close = func() {
+		// Now, rather than when the kernel gets round to the dead
+		// namespace, so the next run finds the slot free.
+		link.Delete()
+		closeNS()
+	}
+	// The proxy and the resolver as a sandbox on this link sees them. One
+	// listening on loopback only is out of every sandbox's reach: its
+	// probes then run from here, over loopback.
+	e.proxy, e.proxyDial = seenFrom(proxyAP, link, e.dial, local)
+	e.dns, e.dnsDial = seenFrom(dnsAP, link, e.dial, local)
+	return e, nil
+}
+
+// nsProbeEnv is a probe environment whose every socket is created in ns:
+// a probe namespace, or an `egressd run` sandbox itself.
+func nsProbeEnv(ns *sandbox.NS) *probeEnv {
 	d := &sandbox.Dialer{NS: ns}
-	e := &probeEnv{mode: modeNamespace, dial: d.DialContext,
-		close: func() {
-			// Now, rather than when the kernel gets round to the dead
-			// namespace, so the next run finds the slot free.
-			link.Delete()
-			closeNS()
-		},
+	return &probeEnv{mode: modeNamespace, dial: d.DialContext, close: func() {},
 		listenICMP: func(network string) (net.PacketConn, error) {
 			var pc net.PacketConn
 			err := sandbox.Do(ns, func() error {
@@ -580,12 +642,6 @@ func openProbeEnv(p *policy.Policy, namespace bool) (*probeEnv, error) {
 			})
 			return pc, err
 		}}
-	// The proxy and the resolver as a sandbox on this link sees them. One
-	// listening on loopback only is out of every sandbox's reach: its
-	// probes then run from here, over loopback.
-	e.proxy, e.proxyDial = seenFrom(proxyAP, link, d.DialContext, local)
-	e.dns, e.dnsDial = seenFrom(dnsAP, link, d.DialContext, local)
-	return e, nil
 }
 
 // wireProbeLink wires the probe namespace on one of the last slots of the
@@ -661,7 +717,7 @@ func loopbackDialer() selftest.DialFunc {
 }
 
 func listenAddrPort(hp string) (netip.AddrPort, error) {
-	a, port, err := listenAddr(hp)
+	a, port, err := daemon.ListenAddr(hp)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}

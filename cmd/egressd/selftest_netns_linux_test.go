@@ -25,6 +25,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/sandbox"
@@ -104,7 +105,7 @@ func newSTLab(t *testing.T) *stLab {
 	h.Close()
 	l := &stLab{topo: topo, bin: buildEgressd(t), dir: t.TempDir()}
 	// nobody runs the binary and reads the config too
-	for _, d := range []string{filepath.Dir(l.bin), filepath.Dir(filepath.Dir(l.bin)), l.dir} {
+	for _, d := range []string{l.dir, filepath.Dir(l.dir)} { // t.TempDir's, ours; buildEgressd made the binary's readable
 		os.Chmod(d, 0o755)
 	}
 	l.state = filepath.Join(l.dir, "state")
@@ -288,7 +289,7 @@ func TestServeSelftest(t *testing.T) {
 	}
 	// ...the walls are the old ones, and the catalog is sealed again
 	p := mustPolicy(t, strings.NewReplacer("{CA}", "/dev/null", "{PREFIX}", l.topo.IfPrefix, "{EXTRA}", "").Replace(stConfig))
-	spec, err := wallSpec(p)
+	spec, err := daemon.WallSpec(p)
 	if err != nil {
 		t.Fatal(err)
 	}
