@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -70,6 +71,9 @@ type Config struct {
 	// HelloTimeout bounds the wait for a tunnel's ClientHello and
 	// inspected handshake. 0: HelloTimeout; tests shorten it.
 	HelloTimeout time.Duration
+	// Secrets reads the credentials of inject rules; nil: a Store of the
+	// proxy's own.
+	Secrets *inject.Store
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -88,6 +92,7 @@ type Proxy struct {
 	exempt func(netip.AddrPort) bool
 	ids    *tracker
 	fds    *fdGuard
+	secret *inject.Store
 
 	errorLog *log.Logger // net/http's own errors, into the proxy's log
 
@@ -118,6 +123,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		gate:   cfg.Gate,
 		exempt: cfg.ReadyExempt,
 		ids:    newTracker(),
+		secret: cfg.Secrets,
 		self:   map[netip.AddrPort]bool{},
 	}
 	if x.log == nil {
@@ -125,6 +131,9 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	x.errorLog = slog.NewLogLogger(x.log.With("source", "net/http").Handler(), slog.LevelDebug)
 	x.helloTimeout = cmp.Or(cfg.HelloTimeout, HelloTimeout)
+	if x.secret == nil {
+		x.secret = &inject.Store{}
+	}
 	x.fds = &fdGuard{limit: fdLimit, count: fdCount, reserve: cfg.FDReserve}
 	switch {
 	case cfg.FDReserve == 0:
@@ -141,6 +150,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		self:         x.isSelf,
 		control:      cfg.Control,
 		log:          x.log,
+		secrets:      x.secret,
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
@@ -332,7 +342,8 @@ type request struct {
 	headBytes int
 	// w answers a plain request (nil inside tunnels): a slow response's
 	// head is flushed through it.
-	w http.ResponseWriter
+	w       http.ResponseWriter
+	message string // the operator's text for a denial (policy.Message)
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -496,8 +507,9 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// denyResponse is the 403 (or other) a client gets for a decision.
-func denyResponse(r *http.Request, reason policy.Reason, rule, detail, help string) *http.Response {
+// denyResponse is the 403 (or other) a client gets for a decision; the
+// operator's message, if any, follows on a line of its own.
+func denyResponse(r *http.Request, reason policy.Reason, rule, detail, message string) *http.Response {
 	var b strings.Builder
 	fmt.Fprintf(&b, "egressd: denied: %s", reason)
 	if rule != "" {
@@ -506,10 +518,10 @@ func denyResponse(r *http.Request, reason policy.Reason, rule, detail, help stri
 	if detail != "" {
 		fmt.Fprintf(&b, ": %s", detail)
 	}
-	if help != "" {
-		fmt.Fprintf(&b, ": %s", help)
-	}
 	b.WriteByte('\n')
+	if message != "" {
+		fmt.Fprintf(&b, "%s\n", message)
+	}
 	resp := goproxy.NewResponse(r, goproxy.ContentTypeText, reason.Status(), b.String())
 	resp.Header.Set("X-Egressd-Deny", reason.String())
 	return resp

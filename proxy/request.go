@@ -52,7 +52,7 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 			return r, x.deny(r, rq, policy.ReasonMethod, "", fmt.Sprintf("%s: %.20s overrides %s", h, v, r.Method))
 		}
 	}
-	rq.d = p.DecideRequest(&rq.target, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
+	rq.d = p.DecideRequestAs(&rq.target, rq.identity, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
@@ -66,6 +66,9 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		return r, x.deny(r, rq, reason, rq.d.RuleName(), detail)
 	}
 	if resp := x.checkShape(r, rq, p); resp != nil {
+		return r, resp
+	}
+	if resp := x.injectCredential(r, rq, p); resp != nil {
 		return r, resp
 	}
 	ctx.RoundTripper = goproxy.RoundTripperFunc(x.roundTrip)
@@ -289,6 +292,7 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 	if detail != "" {
 		help = detail + ": " + help
 	}
+	rq.message = x.Policy().Message(d)
 	return x.deny(r, rq, d.Reason, d.RuleName(), help)
 }
 
@@ -296,7 +300,7 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 func (x *Proxy) deny(r *http.Request, rq *request, reason policy.Reason, rule, detail string) *http.Response {
 	rq.d.Allow = false
 	x.logDecisionReason(r.Context(), rq, reason.Status(), reason, detail, 0, 0)
-	return denyResponse(r, reason, rule, detail, "")
+	return denyResponse(r, reason, rule, detail, rq.message)
 }
 
 func (x *Proxy) logDecision(ctx context.Context, rq *request, status int, detail string, in, out int64) {
@@ -326,6 +330,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 	x.log.LogAttrs(ctx, level, event.Msg,
 		slog.String(event.KeyIdentity, rq.identity),
 		slog.String(event.KeySource, rq.source),
+		slog.String(event.KeyView, d.View),
 		slog.String(event.KeyMethod, rq.method),
 		slog.String(event.KeyHost, host),
 		slog.Int(event.KeyPort, int(rq.target.Port)),
