@@ -145,9 +145,12 @@ func New(opt Options) (*Daemon, error) {
 	pc.Registry = d.reg
 	pc.CA = opt.CA
 	pc.Gate = d.gate
+	// one name budget per identity, whichever path resolves the name
+	names := new(policy.NameBudget)
+	pc.NameBudget = names
 	d.px = proxy.New(p, pc)
 	if p.Listen.DNS != "" {
-		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg})
+		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names})
 		if err != nil {
 			return nil, fmt.Errorf("dns filter: %w", err)
 		}

@@ -49,7 +49,7 @@ type checkedDialer struct {
 	// budget bounds the new names under wildcard rules each identity makes
 	// the resolver ask for; log gets its one warning per identity and
 	// wildcard when spent.
-	budget policy.NameBudget
+	budget *policy.NameBudget
 	log    *slog.Logger
 	// secrets reads the upstream proxy's credentials.
 	secrets *inject.Store
@@ -236,7 +236,7 @@ func (c *outConn) Close() error {
 func (x *checkedDialer) checkNameBudget(ctx context.Context, p *policy.Policy, d *policy.Decision) error {
 	id := ""
 	if rq, ok := ctx.Value(keyDecision).(*request); ok {
-		id = rq.identity
+		id = rq.budget() // the source's: a label or token never opens a fresh budget
 	}
 	v, wildcard, first := x.budget.Allow(p, id, d.Host, time.Now())
 	switch v {

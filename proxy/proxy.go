@@ -71,6 +71,10 @@ type Config struct {
 	// HelloTimeout bounds the wait for a tunnel's ClientHello and
 	// inspected handshake. 0: HelloTimeout; tests shorten it.
 	HelloTimeout time.Duration
+	// NameBudget counts the distinct names each identity resolves under
+	// wildcard rules; share it with the DNS filter (egressd's wiring does).
+	// Nil: the proxy's own.
+	NameBudget *policy.NameBudget
 	// Secrets reads the credentials of inject rules; nil: a Store of the
 	// proxy's own.
 	Secrets *inject.Store
@@ -150,7 +154,11 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		self:         x.isSelf,
 		control:      cfg.Control,
 		log:          x.log,
+		budget:       cfg.NameBudget,
 		secrets:      x.secret,
+	}
+	if x.dialer.budget == nil {
+		x.dialer.budget = new(policy.NameBudget)
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
@@ -445,13 +453,7 @@ func (x *Proxy) identify(r *http.Request) (identity, source string) {
 // sourceIdentity names a client by its address: the identity whose cidrs
 // hold it, else the address itself.
 func (x *Proxy) sourceIdentity(a netip.Addr) string {
-	if id := x.Policy().Identity(a); id != "" {
-		return id
-	}
-	if a.IsValid() {
-		return a.Unmap().String()
-	}
-	return ""
+	return x.Policy().SourceIdentity(a)
 }
 
 // names are the identities a request counts as: its own, and the source

@@ -167,6 +167,13 @@ func (x *Proxy) checkShape(r *http.Request, rq *request, p *policy.Policy) *http
 	if ok, why := p.CheckBody(&rq.d, &rq.target, r.Method, r.Header.Get("Content-Type"), body); !ok {
 		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), why)
 	}
+	body, gzipped, err := policy.CheckedBody(r.Header.Get("Content-Type"), body)
+	if err != nil {
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), err.Error())
+	}
+	if gzipped {
+		r.Header.Del("Content-Encoding")
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil
