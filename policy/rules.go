@@ -171,29 +171,43 @@ func (c *compiler) inject(ri *rawInject, r *Rule, f string) *Inject {
 	}
 	in := &Inject{Header: "Authorization", PlainHTTP: ri.PlainHTTP.V}
 	if ri.Header.V != "" {
-		h := ri.Header.V
-		if strings.ContainsFunc(h, func(r rune) bool { return r <= ' ' || r >= 0x7f || strings.ContainsRune("()<>@,;:\\\"/[]?={}", r) }) {
-			c.errf(ri.Header.Line, f+".header", "%q is not a header name", h)
+		h, ok := c.injectHeader(ri.Header, f)
+		if !ok {
 			return nil
 		}
-		in.Header = textproto.CanonicalMIMEHeaderKey(h)
-		if slices.Contains(headersNeverInjected, in.Header) || strings.HasPrefix(in.Header, "Proxy-") {
-			c.errf(ri.Header.Line, f+".header", "%s is a hop-by-hop, framing or proxy header: it cannot carry a credential", in.Header)
-			return nil
-		}
+		in.Header = h
 	}
-	file := func(v at[string], field string) string {
-		path, ok := strings.CutPrefix(v.V, "file:")
-		if !ok || !filepath.IsAbs(path) || filepath.Clean(path) != path {
-			c.errf(v.Line, field, "%q: want file:/absolute/path of the secret (the secret itself never goes in the config)", v.V)
-			return ""
-		}
-		return path
+	if !c.injectSecret(ri, in, f) {
+		return nil
 	}
+	c.injectTarget(r, line, f)
+	return in
+}
+
+// injectHeader checks the header an inject block sets and returns its
+// canonical name: no hop-by-hop, framing or proxy header.
+func (c *compiler) injectHeader(v at[string], f string) (string, bool) {
+	h := v.V
+	if strings.ContainsFunc(h, func(r rune) bool { return r <= ' ' || r >= 0x7f || strings.ContainsRune("()<>@,;:\\\"/[]?={}", r) }) {
+		c.errf(v.Line, f+".header", "%q is not a header name", h)
+		return "", false
+	}
+	h = textproto.CanonicalMIMEHeaderKey(h)
+	if slices.Contains(headersNeverInjected, h) || strings.HasPrefix(h, "Proxy-") {
+		c.errf(v.Line, f+".header", "%s is a hop-by-hop, framing or proxy header: it cannot carry a credential", h)
+		return "", false
+	}
+	return h, true
+}
+
+// injectSecret fills in where the credential comes from: basic (user and
+// password file, in Authorization) or value_from with an optional prefix.
+// It returns false when the block names both.
+func (c *compiler) injectSecret(ri *rawInject, in *Inject, f string) bool {
 	switch {
 	case ri.Basic != nil && ri.ValueFrom.V != "":
 		c.errf(ri.ValueFrom.Line, f, "value_from and basic exclude each other")
-		return nil
+		return false
 	case ri.Basic != nil:
 		b := ri.Basic
 		in.Header = "Authorization"
@@ -207,14 +221,30 @@ func (c *compiler) inject(ri *rawInject, r *Rule, f string) *Inject {
 			c.errf(b.User.Line, f+".basic.user", "%q: want a user name without ':' or control characters", b.User.V)
 		}
 		in.BasicUser = b.User.V
-		in.File = file(b.PasswordFrom, f+".basic.password_from")
+		in.File = c.secretFile(b.PasswordFrom, f+".basic.password_from")
 	default:
-		in.File = file(ri.ValueFrom, f+".value_from")
+		in.File = c.secretFile(ri.ValueFrom, f+".value_from")
 		if strings.ContainsFunc(ri.Prefix.V, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 			c.errf(ri.Prefix.Line, f+".prefix", "prefix holds a control character")
 		}
 		in.Prefix = ri.Prefix.V
 	}
+	return true
+}
+
+// secretFile returns the path of a file:/absolute/path secret reference.
+func (c *compiler) secretFile(v at[string], field string) string {
+	path, ok := strings.CutPrefix(v.V, "file:")
+	if !ok || !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		c.errf(v.Line, field, "%q: want file:/absolute/path of the secret (the secret itself never goes in the config)", v.V)
+		return ""
+	}
+	return path
+}
+
+// injectTarget refuses a rule whose credential could reach a host not
+// named exactly: no hosts, a wildcard host, or a raw TCP tunnel.
+func (c *compiler) injectTarget(r *Rule, line int, f string) {
 	if r.Hosts.Len() == 0 {
 		c.errf(line, f, "rule %q names no hosts: a credential goes only to hosts named exactly, never to addresses", r.Name)
 	}
@@ -227,7 +257,6 @@ func (c *compiler) inject(ri *rawInject, r *Rule, f string) *Inject {
 	if !r.TLS {
 		c.errf(line, f, "rule %q has tls: false: a raw TCP tunnel cannot carry an injected header", r.Name)
 	}
-	return in
 }
 
 // InjectFor is the credential to add to the request d allowed: the rule's
