@@ -303,6 +303,15 @@ func TestServeSelftest(t *testing.T) {
 	if rep := selftestJSON(t, out, errs); code != exitOK {
 		t.Errorf("after the rollback: selftest exit %d\n%s", code, tableOf(rep))
 	}
+
+	// a reload that allowlists the DNS canary name: the DNS filter answers
+	// the unverified candidate only to the self-test's own probe sockets,
+	// so the canary probe still meets the candidate and names the leak
+	// (without that exemption it met SERVFAIL and could not tell)
+	l.writeConfig(t, "  - name: canary\n    hosts: [canary.test]\n    cidrs: [203.0.113.0/24]\n    pages: [\"*\"]")
+	if _, err := l.serve.wait(`"msg":"reload rolled back`, "the new policy leaks: ", "dns-canary/canary.test"); err != nil {
+		t.Fatalf("reload allowlisting the DNS canary: %v", err)
+	}
 }
 
 // insertAcceptRule opens one destination ahead of the wall's drops.
