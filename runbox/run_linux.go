@@ -32,7 +32,8 @@ type box struct {
 	link   *sandbox.Link
 	table  string
 	tmp    string
-	record string // path of the run record
+	cg     *runCgroup // nil where cgroup v2 is not available
+	record string     // path of the run record
 	cmd    *exec.Cmd
 	waitc  chan error
 	stop   func() // stops the gateway and waits for it
@@ -47,9 +48,18 @@ func (b *box) teardown() {
 	}
 	if b.cmd != nil && b.waitc != nil {
 		// The PID namespace's init: killing it kills every process of the
-		// sandbox; Wait returns once they are all gone.
+		// sandbox; Wait returns once they are all gone. The cgroup's kill
+		// goes first: it takes every process at once.
+		if b.cg != nil {
+			os.WriteFile(filepath.Join(b.cg.path, "cgroup.kill"), []byte("1"), 0)
+		}
 		b.cmd.Process.Kill()
 		<-b.waitc
+	}
+	if b.cg != nil {
+		if err := b.cg.destroy(); err != nil {
+			b.log.Error("removing the sandbox cgroup", "err", err)
+		}
 	}
 	linkGone := b.link == nil
 	if b.link != nil {
@@ -117,6 +127,7 @@ func Run(ctx context.Context, c Config) (int, error) {
 		return 0, err
 	}
 	os.Chmod(b.tmp, 0o755)
+	b.cg = newRunCgroup(term)
 	link, index, err := wireLink(c.Policy, b.sbx, gw)
 	if err != nil {
 		return 0, err
@@ -124,6 +135,9 @@ func Run(ctx context.Context, c Config) (int, error) {
 	b.link = link
 	b.table = fmt.Sprintf("%s%d", TablePrefix, index)
 	rec := record{PID: os.Getpid(), Cookie: gw.Cookie(), NS: b.name, Table: b.table, Link: link.GatewayName, Tmp: b.tmp}
+	if b.cg != nil {
+		rec.Cgroup = b.cg.path
+	}
 	if err := writeRecord(runDir, rec); err != nil {
 		return 0, err
 	}
@@ -211,6 +225,10 @@ func Run(ctx context.Context, c Config) (int, error) {
 	}
 	cmd := sandbox.NSExecCommandAs(self, b.sbx.Path(), resolvConf, c.Cred, c.Argv)
 	sandbox.NewPIDNamespace(cmd)
+	if b.cg != nil {
+		// Cloned straight into the run's cgroup: no instant outside it.
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, b.cg.fd
+	}
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
 	startc := make(chan error, 1)
@@ -225,6 +243,9 @@ func Run(ctx context.Context, c Config) (int, error) {
 			return
 		}
 		startc <- nil
+		if b.cg != nil {
+			b.cg.closeFD()
+		}
 		waitc <- cmd.Wait()
 	}()
 	if err := <-startc; err != nil {
