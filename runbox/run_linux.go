@@ -214,7 +214,14 @@ func Run(ctx context.Context, c Config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	env, suspicious := Env(c.Env, c.CleanEnv, c.KeepEnv, proxyAP, bundle)
+	javaStore, err := writeJavaTrustStore(filepath.Join(b.tmp, "java-truststore.jks"), bundle)
+	if err != nil {
+		return 0, err
+	}
+	if !JavaOptionSafe(javaStore) {
+		term.Warn("Java gets no trust store: its path has whitespace or quotes, which JAVA_TOOL_OPTIONS cannot carry (set TMPDIR)", "path", javaStore)
+	}
+	env, suspicious := Env(c.Env, c.CleanEnv, c.KeepEnv, proxyAP, bundle, javaStore)
 	if len(suspicious) > 0 {
 		fmt.Fprintf(c.Stderr, "egressd run: WARNING: passing %d variable(s) that look like credentials into the sandbox: %s (--clean-env drops them; --env KEY keeps one and silences this)\n",
 			len(suspicious), strings.Join(suspicious, ", "))
