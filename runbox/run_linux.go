@@ -230,14 +230,18 @@ func Run(ctx context.Context, c Config) (int, error) {
 	if self == "" {
 		self = "/proc/self/exe"
 	}
-	cmd := sandbox.NSExecCommandAs(self, b.sbx.Path(), resolvConf, c.Cred, c.Argv)
-	sandbox.NewPIDNamespace(cmd)
-	if b.cg != nil {
-		// Cloned straight into the run's cgroup: no instant outside it.
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, b.cg.fd
+	newCmd := func(cg *runCgroup) *exec.Cmd {
+		cmd := sandbox.NSExecCommandAs(self, b.sbx.Path(), resolvConf, c.Cred, c.Argv)
+		sandbox.NewPIDNamespace(cmd)
+		if cg != nil {
+			// Cloned straight into the run's cgroup: no instant outside it.
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
+		}
+		cmd.Env = env
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+		return cmd
 	}
-	cmd.Env = env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	cmd := newCmd(b.cg)
 	startc := make(chan error, 1)
 	waitc := make(chan error, 1)
 	go func() {
@@ -245,14 +249,26 @@ func Run(ctx context.Context, c Config) (int, error) {
 		// this one lives until the child is gone.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		err := cmd.Start()
+		if err != nil && b.cg != nil {
+			// The kernel refused the cgroup (clone3 or delegation): the
+			// PID namespace still holds every process.
+			term.Info("no cgroup for the sandbox: cloning into it failed (its PID namespace still holds every process)", "err", err)
+			if derr := b.cg.destroy(); derr != nil {
+				term.Error("removing the sandbox cgroup", "err", derr)
+			}
+			b.cg = nil
+			cmd = newCmd(nil)
+			err = cmd.Start()
+		}
+		if err != nil {
 			startc <- err
 			return
 		}
-		startc <- nil
 		if b.cg != nil {
 			b.cg.closeFD()
 		}
+		startc <- nil
 		waitc <- cmd.Wait()
 	}()
 	if err := <-startc; err != nil {
