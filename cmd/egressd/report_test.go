@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/selftest"
+	"github.com/egressd/egressd/selftest/probens"
 )
 
 const reportConfig = `version: 1
@@ -49,11 +50,11 @@ func TestReport(t *testing.T) {
 	}
 	state := filepath.Join(dir, "state")
 	for i, r := range runs {
-		if err := appendHistory(state, historyLine{Source: []string{"serve", "serve", "selftest"}[i], Mode: modeNamespace, Config: cfg, Report: r}); err != nil {
+		if err := selftest.AppendHistory(state, selftest.HistoryLine{Source: []string{"serve", "serve", "selftest"}[i], Mode: probens.ModeNamespace, Config: cfg, Report: r}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f, _ := os.OpenFile(filepath.Join(state, historyFile), os.O_APPEND|os.O_WRONLY, 0)
+	f, _ := os.OpenFile(filepath.Join(state, selftest.HistoryFile), os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString("{truncated\n")
 	f.Close()
 

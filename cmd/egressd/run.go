@@ -22,6 +22,7 @@ import (
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/sandbox"
+	"github.com/egressd/egressd/selftest/probens"
 )
 
 func init() { commands["run"] = cmdRun }
@@ -153,7 +154,7 @@ func runSandboxed(ctx context.Context, p *policy.Policy, log *slog.Logger, cred 
 
 	// proxy and DNS on the link's gateway address
 	proxyPort := uint16(3128)
-	if _, port, err := listenAddr(p.Listen.Proxy); err == nil {
+	if _, port, err := probens.ListenAddr(p.Listen.Proxy); err == nil {
 		proxyPort = port
 	}
 	authority, err := ca.New()

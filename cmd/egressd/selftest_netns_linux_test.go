@@ -28,6 +28,7 @@ import (
 
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/sandbox"
 	"github.com/egressd/egressd/selftest"
 )
@@ -375,4 +376,13 @@ func insertAcceptRule(t *testing.T, ns int, proto byte, dst netip.AddrPort) {
 	if err := c.Flush(); err != nil {
 		t.Fatalf("open hole %s: %v", dst, err)
 	}
+}
+
+func mustPolicy(t *testing.T, cfg string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse(strings.NewReader(cfg), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

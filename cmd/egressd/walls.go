@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
-	"strconv"
 
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/selftest/probens"
 )
 
 func init() { commands["nft"] = cmdNft }
@@ -29,14 +28,14 @@ func wallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		HighRisk:    p.HighRiskPrefixes(),
 		Gateways:    extraGateways,
 	}
-	proxyAddr, proxyPort, err := listenAddr(p.Listen.Proxy)
+	proxyAddr, proxyPort, err := probens.ListenAddr(p.Listen.Proxy)
 	if err != nil {
 		return s, fmt.Errorf("listen.proxy: %w", err)
 	}
 	s.ProxyPort = proxyPort
 	s.Gateways = appendAddr(s.Gateways, proxyAddr)
 	if p.Listen.DNS != "" {
-		dnsAddr, dnsPort, err := listenAddr(p.Listen.DNS)
+		dnsAddr, dnsPort, err := probens.ListenAddr(p.Listen.DNS)
 		if err != nil {
 			return s, fmt.Errorf("listen.dns: %w", err)
 		}
@@ -52,7 +51,7 @@ func wallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		if tr.hp == "" {
 			continue
 		}
-		a, port, err := listenAddr(tr.hp)
+		a, port, err := probens.ListenAddr(tr.hp)
 		if err != nil {
 			return s, fmt.Errorf("transparent listener: %w", err)
 		}
@@ -83,25 +82,6 @@ func wireWalls(opt *daemon.Options) {
 		return err
 	}
 	opt.WallsCheck = ensure
-}
-
-func listenAddr(hp string) (netip.Addr, uint16, error) {
-	h, ps, err := net.SplitHostPort(hp)
-	if err != nil {
-		return netip.Addr{}, 0, err
-	}
-	port, err := strconv.ParseUint(ps, 10, 16)
-	if err != nil || port == 0 {
-		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need a fixed port", hp)
-	}
-	if h == "" {
-		return netip.IPv4Unspecified(), uint16(port), nil
-	}
-	a, err := netip.ParseAddr(h)
-	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need an address", hp)
-	}
-	return a.Unmap(), uint16(port), nil
 }
 
 func appendAddr(l []netip.Addr, a netip.Addr) []netip.Addr {

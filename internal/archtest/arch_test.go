@@ -49,6 +49,11 @@ var allowed = map[string][]string{
 	"dnsfilter": {"policy"},
 	"selftest":  {},
 	"audit":     {},
+	// the self-test plan and its runner, and the evidence pack: library
+	// code cmd/egressd only wires.
+	"selftest/plan":    {"policy", "selftest"},
+	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan"},
+	"report":           {"nft", "policy", "selftest"},
 }
 
 func TestDependencyDirection(t *testing.T) {

@@ -1,0 +1,235 @@
+// Package plan derives the self-test catalog from a policy: the selftest
+// keys' targets, a publish probe per mirror rule, the write pages a
+// page-type rule refuses, a fronting (SNI) probe on a spliced host-only
+// rule and the Host-header trick. The same plan serves egressd's own
+// self-test and the in-sandbox `egressd probe`.
+package plan
+
+import (
+	"cmp"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/selftest"
+)
+
+// Unlisted is a name no allow rule should cover: the CONNECT probe's
+// target and the SNI a fronting probe offers. .invalid never resolves
+// (RFC 6761), so even a leak reaches nobody.
+const Unlisted = "egressd-selftest-unlisted.invalid"
+
+// MetadataNames are metadata host names the proxy must refuse.
+var MetadataNames = []string{"metadata.google.internal"}
+
+// TrustRoots verifies the positive controls: the system roots, the
+// config's upstream_ca, and the PEM files given (egressd's own CA, for
+// inspected rules). Files that cannot be read are skipped.
+func TrustRoots(p *policy.Policy, extra ...string) *x509.CertPool {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	for _, f := range append([]string{p.UpstreamCA}, extra...) {
+		if f == "" {
+			continue
+		}
+		if pem, err := os.ReadFile(f); err == nil {
+			pool.AppendCertsFromPEM(pem)
+		}
+	}
+	return pool
+}
+
+// Derive derives the catalog from the policy: the selftest keys, plus
+// requests the policy refuses on each mirror and page-type rule, a
+// fronting probe on a host-only rule, and the Host-header trick. The
+// socket hooks and the proxy and resolver addresses are the caller's.
+func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
+	st := &p.Selftest
+	c := selftest.Config{
+		TCP: st.TCP, UDP: st.UDP, IPv6: st.IPv6, Resolvers: st.Resolvers,
+		Metadata: st.Metadata, MetadataNames: MetadataNames,
+		CanaryName: st.CanaryName, CanaryURL: st.CanaryURL, CanaryLog: st.CanaryLog,
+		ExpectReachable: st.ExpectReachable,
+		RootCAs:         roots,
+		Timeout:         st.Timeout,
+	}
+	seen := map[netip.Addr]bool{}
+	for _, list := range [][]netip.AddrPort{st.TCP, st.UDP, st.IPv6, st.Resolvers} {
+		for _, ap := range list {
+			if a := ap.Addr().Unmap(); !seen[a] {
+				seen[a] = true
+				c.ICMP = append(c.ICMP, a)
+			}
+		}
+	}
+	if t, err := policy.ParseAuthority(Unlisted + ":443"); err == nil && !p.DecideTarget(&t).Allow {
+		c.Unlisted = Unlisted + ":443"
+		c.SNIName = Unlisted
+	}
+	c.SNIHost = sniHost(p)
+	if c.SNIName == "" {
+		c.SNIHost = ""
+	}
+	if u := hostTrickURL(p, c.SNIHost); u != "" {
+		c.HostTrickURL = u
+		c.HostTrickHost = Unlisted
+		for _, a := range st.Metadata {
+			if a.Is4() {
+				c.HostTrickHost = a.String()
+				break
+			}
+		}
+	}
+	c.Refused = refusedRequests(p)
+	return c
+}
+
+// sniHost picks host:port of a spliced (host-only, TLS) tunnel: an
+// expect_reachable https URL if one is, else the first exact host of a
+// host-only rule on 443. "" when the policy has none: then no tunnel can
+// be fronted.
+func sniHost(p *policy.Policy) string {
+	spliced := func(hp string) bool {
+		t, err := policy.ParseAuthority(hp)
+		if err != nil || t.Addr.IsValid() {
+			return false
+		}
+		d := p.DecideTarget(&t)
+		return d.Allow && !d.Inspect && d.Rule.TLS
+	}
+	for _, s := range p.Selftest.ExpectReachable {
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme != "https" {
+			continue
+		}
+		hp := net.JoinHostPort(u.Hostname(), cmp.Or(u.Port(), "443"))
+		if spliced(hp) {
+			return hp
+		}
+	}
+	for _, r := range p.Rules {
+		if h := ruleHost(r); h != "" && r.HostOnly() && r.TLS && r.AllowsPort(443) && spliced(h+":443") {
+			return h + ":443"
+		}
+	}
+	return ""
+}
+
+// hostTrickURL is an absolute http URL to an allowed host: the first
+// expect_reachable target, else the fronting probe's host.
+func hostTrickURL(p *policy.Policy, sni string) string {
+	for _, s := range p.Selftest.ExpectReachable {
+		if u, err := url.Parse(s); err == nil {
+			port := u.Port()
+			if port == "" {
+				port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+			}
+			return "http://" + net.JoinHostPort(u.Hostname(), port) + "/"
+		}
+	}
+	if sni != "" {
+		return "http://" + sni + "/"
+	}
+	return ""
+}
+
+// ruleHost is a concrete host a rule covers: its first exact name, or a
+// name under its first wildcard; "" for "*" and cidrs-only rules.
+func ruleHost(r *policy.Rule) string {
+	for h := range r.Hosts.All() {
+		if h != "*" && !strings.HasPrefix(h, "*.") {
+			return h
+		}
+	}
+	for h := range r.Hosts.All() {
+		if s, ok := strings.CutPrefix(h, "*."); ok {
+			return "egressd-selftest." + s
+		}
+	}
+	return ""
+}
+
+// publish is, per mirror ecosystem, the request that publishes or uploads
+// to it. The probes carry no credentials and no real package: a registry
+// that ever received one would refuse it.
+var publish = map[policy.Mirror]struct{ method, path, ctype, body string }{
+	policy.MirrorPyPI:     {"POST", "/legacy/", "multipart/form-data; boundary=egressd", "--egressd\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n--egressd--\r\n"},
+	policy.MirrorNPM:      {"PUT", "/egressd-selftest", "application/json", `{"name":"egressd-selftest","versions":{}}`},
+	policy.MirrorCrates:   {"PUT", "/api/v1/crates/new", "application/octet-stream", "\x00\x00\x00\x00"},
+	policy.MirrorRubyGems: {"POST", "/api/v1/gems", "application/octet-stream", "egressd-selftest"},
+	policy.MirrorMaven:    {"PUT", "/maven2/org/egressd/selftest/0.0.0/selftest-0.0.0.jar", "application/java-archive", "egressd-selftest"},
+	policy.MirrorGoProxy:  {"PUT", "/example.com/egressd-selftest/@v/v0.0.0.zip", "application/zip", "egressd-selftest"},
+	policy.MirrorApt:      {"PUT", "/pool/main/e/egressd-selftest/egressd-selftest_0.0.0_all.deb", "application/vnd.debian.binary-package", "egressd-selftest"},
+	policy.MirrorOCI:      {"POST", "/v2/egressd/selftest/blobs/uploads/", "application/octet-stream", ""},
+	policy.MirrorGit:      {"POST", "/egressd/selftest.git/git-receive-pack", "application/x-git-receive-pack-request", "0000"},
+	policy.MirrorGeneric:  {"PUT", "/egressd-selftest", "application/octet-stream", "egressd-selftest"},
+}
+
+// pageProbes are the write pages a page-type rule must refuse unless it
+// allows that page type.
+var pageProbes = []struct {
+	page                      policy.PageType
+	method, path, ctype, body string
+}{
+	{policy.PageLogin, "POST", "/login", "application/x-www-form-urlencoded", "username=egressd-selftest&password=egressd-selftest"},
+	{policy.PageUpload, "POST", "/upload", "multipart/form-data; boundary=egressd", "--egressd\r\nContent-Disposition: form-data; name=\"file\"; filename=\"egressd-selftest.txt\"\r\n\r\negressd-selftest\r\n--egressd--\r\n"},
+	{policy.PagePosting, "POST", "/comments", "application/x-www-form-urlencoded", "comment=egressd-selftest"},
+}
+
+// refusedRequests derives, per mirror rule, a publish request to one of its
+// hosts and, per page-type rule, a login, an upload and a posting request
+// for each of those page types the rule does not allow. Each is checked
+// offline against the policy: only requests the policy itself refuses
+// become probes, with the reason the refusal must carry.
+func refusedRequests(p *policy.Policy) []selftest.Request {
+	var out []selftest.Request
+	add := func(id, route, base, method, path, ctype, body string) {
+		raw := base + path
+		t, err := policy.ParseURL(raw)
+		if err != nil {
+			return
+		}
+		d := p.DecideRequest(&t, method, ctype, int64(len(body)))
+		if d.Allow {
+			return
+		}
+		out = append(out, selftest.Request{ID: id, Route: route, Method: method, URL: raw, ContentType: ctype, Body: body, Reason: d.Reason.String()})
+	}
+	for _, r := range p.Rules {
+		host := ruleHost(r)
+		if host == "" {
+			continue
+		}
+		var base string
+		switch {
+		case r.AllowsPort(443):
+			base = "https://" + host
+		case r.AllowsPort(80):
+			base = "http://" + host
+		default:
+			continue
+		}
+		if r.Mirror != policy.MirrorNone {
+			if q, ok := publish[r.Mirror]; ok {
+				add("mirror-publish/"+r.Name, fmt.Sprintf("proxy: %s publish on mirror rule %s", r.Mirror, r.Name), base, q.method, q.path, q.ctype, q.body)
+			}
+			continue
+		}
+		if r.AllPages {
+			continue
+		}
+		for _, q := range pageProbes {
+			if !r.Pages.Has(q.page) {
+				add(fmt.Sprintf("page-%s/%s", q.page, r.Name), fmt.Sprintf("proxy: %s page on rule %s", q.page, r.Name), base, q.method, q.path, q.ctype, q.body)
+			}
+		}
+	}
+	return out
+}
