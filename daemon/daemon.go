@@ -55,9 +55,13 @@ type Options struct {
 	// Verify runs the self-test against the applied policy and walls. Nil
 	// with NoSelftest false is refused by New: readiness needs a proof.
 	Verify func(ctx context.Context, p *policy.Policy) Verdict
-	// NoSelftest serves without verification, loudly: a warning at every
-	// start and in /readyz.
+	// NoSelftest runs no self-test. The daemon is then not ready (/readyz
+	// 503, the proxy refuses with 503) unless AllowUnverified is set too:
+	// an unproven deployment must not look like a proven one.
 	NoSelftest bool
+	// AllowUnverified, with NoSelftest, serves unverified, loudly: a
+	// warning at every start and in /readyz, and egressd_verified 0.
+	AllowUnverified bool
 	// Webhook, when set, replaces the policy's selftest.webhook (which is
 	// read at each scheduled run, so a reload changes it).
 	Webhook string
@@ -85,6 +89,7 @@ type Daemon struct {
 	drift      prometheus.Counter
 	selftests  *prometheus.CounterVec
 	lastSealed prometheus.Gauge
+	verified   prometheus.Gauge
 
 	proxyAddr, dnsAddr, adminAddr string
 	closers                       []io.Closer
@@ -108,7 +113,8 @@ func New(opt Options) (*Daemon, error) {
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
 	d.drift = prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_walls_drift_total", Help: "Times the kernel walls differed from the spec (tampering or drift) and were re-applied."})
-	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift)
+	d.verified = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_verified", Help: "1 while the last self-test found the deployment sealed; 0 before the first, after a leak or an incomplete run, and always under --no-selftest."})
+	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verified)
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
 
@@ -256,11 +262,19 @@ func (d *Daemon) shutdown() error {
 	return errors.Join(errs...)
 }
 
-const noSelftestWarning = "WARNING: serving with --no-selftest: the walls are not verified; nothing proves this sandbox has no other way out"
+const noSelftestWarning = "WARNING: serving with --no-selftest --allow-unverified: the walls are not verified; nothing proves this sandbox has no other way out"
+
+// unverified is the status of --no-selftest without --allow-unverified.
+const unverified = "not ready: --no-selftest: nothing verifies the walls, so egressd serves nothing; run the self-test, or pass --allow-unverified as well to serve unverified"
 
 // boot runs the first self-test; the proxy answers 503 until it passes.
 func (d *Daemon) boot(ctx context.Context) {
 	if d.opt.NoSelftest {
+		if !d.opt.AllowUnverified {
+			d.log.Error(unverified)
+			d.setStatus(unverified)
+			return
+		}
 		d.log.Warn(noSelftestWarning)
 		d.setStatus(noSelftestWarning)
 		d.ready.Store(true)
@@ -290,6 +304,7 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 }
 
 func (d *Daemon) setReadiness(v Verdict) {
+	d.verified.Set(0)
 	switch {
 	case v.Err != nil:
 		d.ready.Store(false)
@@ -299,6 +314,7 @@ func (d *Daemon) setReadiness(v Verdict) {
 		d.setStatus(fmt.Sprintf("not ready: self-test found a leak: %v", v.Leaks))
 	default:
 		d.ready.Store(true)
+		d.verified.Set(1)
 		st := "ready: last self-test sealed at " + time.Now().UTC().Format(time.RFC3339)
 		if v.Note != "" {
 			st += "; " + v.Note
@@ -311,7 +327,11 @@ func (d *Daemon) setReadiness(v Verdict) {
 // webhook.
 func (d *Daemon) scheduled(ctx context.Context) {
 	if d.opt.NoSelftest {
-		d.log.Warn(noSelftestWarning)
+		if d.opt.AllowUnverified {
+			d.log.Warn(noSelftestWarning)
+		} else {
+			d.log.Error(unverified)
+		}
 		return
 	}
 	d.reloadMu.Lock()

@@ -25,7 +25,7 @@ const (
 const usage = `usage: egressd <command> [flags]
 
 commands:
-  serve     [--config FILE] [--state-dir DIR] [--walls] [--audit-log FILE] [--no-selftest]
+  serve     [--config FILE] [--state-dir DIR] [--walls] [--audit-log FILE] [--no-selftest [--allow-unverified]]
                                                 run the proxy, DNS filter and admin endpoint
   run       [--config FILE] -- CMD [ARGS]       run CMD in a sealed sandbox namespace (root)
   check     [--config FILE] [--method M] [--content-type T] [--json] TARGET

@@ -47,7 +47,7 @@ allow:
     cidrs: [203.0.113.0/24]
     pages: ["*"]
 `), 0o644)
-	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", []string{bin, "serve", "--walls", "--walls-interval", "200ms", "--no-selftest", "--config", cfg, "--state-dir", filepath.Join(dir, "state")})
+	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", []string{bin, "serve", "--walls", "--walls-interval", "200ms", "--no-selftest", "--allow-unverified", "--config", cfg, "--state-dir", filepath.Join(dir, "state")})
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {

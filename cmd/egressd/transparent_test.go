@@ -25,7 +25,7 @@ import (
 func startServe(t *testing.T, topo *testnet.Topo, bin, cfg string) func() {
 	t.Helper()
 	dir := filepath.Dir(cfg)
-	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", []string{bin, "serve", "--walls", "--no-selftest", "--config", cfg, "--state-dir", filepath.Join(dir, "state")})
+	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", []string{bin, "serve", "--walls", "--no-selftest", "--allow-unverified", "--config", cfg, "--state-dir", filepath.Join(dir, "state")})
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/daemon"
@@ -26,10 +25,6 @@ import (
 	"github.com/egressd/egressd/selftest"
 	"github.com/egressd/egressd/selftest/plan"
 )
-
-// Prefix names the probe namespaces; CleanupStale removes those of dead
-// processes.
-const Prefix = "egprobe-"
 
 // ProxyOnly is why serve without --walls does not run the direct-route
 // probes: egressd manages no walls then, and building a probe namespace
@@ -139,8 +134,6 @@ func (e *Env) Apply(c *selftest.Config) {
 	c.Proxy, c.DNS = e.proxy, e.dns
 }
 
-var probeSeq atomic.Uint64
-
 // Conns holds the local addresses of the self-test's open connections to
 // egressd's own proxy. The proxy refuses everything until the boot
 // self-test is sealed, which would include the self-test itself; with
@@ -223,22 +216,20 @@ func Open(p *policy.Policy, namespace bool) (*Env, error) {
 		refuse := func(context.Context, string, string) (net.Conn, error) { return nil, errors.New(skip) }
 		return &Env{Mode: ModeLoopback, dial: refuse, proxyDial: local, dnsDial: local, proxy: loopbackOf(proxyAP), dns: loopbackOf(dnsAP), skip: skip, close: func() {}}, nil
 	}
-	sandbox.CleanupStale(Prefix) // leftovers of crashed runs; best effort
 	gw, err := sandbox.Current()
 	if err != nil {
 		return nil, err
 	}
-	name := sandbox.PIDName(Prefix, strconv.FormatUint(probeSeq.Add(1), 10))
-	ns, err := sandbox.Create(name)
+	// Unnamed: held by its handle only, so building it needs
+	// CAP_SYS_ADMIN but no writable /run/netns and no mount, and a crash
+	// leaves nothing behind.
+	ns, err := sandbox.CreateUnnamed()
 	if err != nil {
 		gw.Close()
 		return nil, fmt.Errorf("create probe namespace: %w", err)
 	}
 	closeNS := func() {
 		ns.Close()
-		// Best effort: the veth goes with the namespace, and a leftover
-		// of a failed delete is removed by the next run's CleanupStale.
-		sandbox.Delete(name)
 		gw.Close()
 	}
 	link, err := wireProbeLink(p, ns, gw)
