@@ -34,8 +34,11 @@ import (
 type Verdict struct {
 	Sealed bool     // no leak found
 	Leaks  []string // ids of the probes that leaked, with their reason
-	Err    error    // the run could not complete (counts as not sealed)
-	Note   string   // what a sealed run did not cover (shown in /readyz)
+	// ControlsFailed are the positive controls that could not reach their
+	// target: not sealed (nothing is proven), but not a leak either.
+	ControlsFailed []string
+	Err            error  // the run could not complete (counts as not sealed)
+	Note           string // what a sealed run did not cover (shown in /readyz)
 }
 
 // Options wires a Daemon. Load and Logger are required.
@@ -69,6 +72,11 @@ type Options struct {
 	ProxyListener net.Listener
 	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
 	ProxyConfig proxy.Config
+	// AlertWebhook, when set, replaces the policy's alerts.webhook.
+	AlertWebhook string
+	// ProbeResult records an in-sandbox probe's result (the history);
+	// nil: kept in memory and metrics only.
+	ProbeResult func(ProbeResult) error
 }
 
 // Daemon is a running egressd serve.
@@ -90,6 +98,9 @@ type Daemon struct {
 	selftests  *prometheus.CounterVec
 	lastSealed prometheus.Gauge
 	verified   prometheus.Gauge
+
+	probes *probes
+	alerts *alerter
 
 	proxyAddr, dnsAddr, adminAddr string
 	closers                       []io.Closer
@@ -117,6 +128,17 @@ func New(opt Options) (*Daemon, error) {
 	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verified)
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
+	d.probes = newProbes(d.log.With("component", "probe"), opt.ProbeResult)
+	d.probes.setPolicy(p)
+	d.reg.MustRegister(d.probes)
+	d.alerts = newAlerter(d.log.With("component", "alerts"), func() (string, time.Duration) {
+		a := d.Policy().Alerts
+		if opt.AlertWebhook != "" {
+			a.Webhook = opt.AlertWebhook
+		}
+		return a.Webhook, a.Batch
+	})
+	d.reg.MustRegister(d.alerts.total, d.alerts.dropped, d.alerts.posts)
 
 	pc := opt.ProxyConfig
 	if pc.UpstreamRoots == nil && p.UpstreamCA != "" {
@@ -128,6 +150,8 @@ func New(opt Options) (*Daemon, error) {
 	pc.Registry = d.reg
 	pc.CA = opt.CA
 	pc.Ready = d.ready.Load
+	pc.Probe = proxy.ProbeHooks{API: d.probes.api, Label: d.probes.label}
+	pc.Alert = d.alerts.attempt
 	d.px = proxy.New(p, pc)
 	if p.Listen.DNS != "" {
 		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg})
@@ -168,6 +192,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		}
 	}
 	d.proxyAddr = pl.Addr().String()
+	go d.alerts.run(ctx)
 	go func() { errc <- d.px.Serve(pl) }()
 	for _, tr := range []struct {
 		addr  string
@@ -289,6 +314,12 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 	v := d.opt.Verify(ctx, p)
 	result := "sealed"
 	switch {
+	case len(v.Leaks) > 0:
+		result = "leak"
+		d.log.Error("self-test found a leak", "trigger", trigger, "leaks", v.Leaks)
+	case len(v.ControlsFailed) > 0:
+		result = "control-failed"
+		d.log.Error("self-test positive control failed: nothing is proven (the network or an upstream may be down; not a leak)", "trigger", trigger, "controls", v.ControlsFailed)
 	case v.Err != nil:
 		result = "error"
 		d.log.Error("self-test could not run", "trigger", trigger, "err", v.Err)
@@ -306,6 +337,12 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 func (d *Daemon) setReadiness(v Verdict) {
 	d.verified.Set(0)
 	switch {
+	case len(v.Leaks) > 0:
+		d.ready.Store(false)
+		d.setStatus(fmt.Sprintf("not ready: self-test found a leak: %v", v.Leaks))
+	case len(v.ControlsFailed) > 0:
+		d.ready.Store(false)
+		d.setStatus(fmt.Sprintf("not ready: control-failed: a positive control could not reach its target, so nothing is proven (not a leak; is the network or the upstream down?): %v", v.ControlsFailed))
 	case v.Err != nil:
 		d.ready.Store(false)
 		d.setStatus("not ready: self-test could not run: " + v.Err.Error())
@@ -411,6 +448,7 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {
 	d.pol.Store(p)
 	d.px.SetPolicy(p)
+	d.probes.setPolicy(p)
 	if d.opt.Walls != nil {
 		return d.opt.Walls(ctx, p)
 	}

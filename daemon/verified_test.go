@@ -32,7 +32,11 @@ func TestUnverifiedIsNotReady(t *testing.T) {
 		{"no-selftest", Options{NoSelftest: true}, 503, 503, "egressd_verified 0", "--no-selftest"},
 		{"no-selftest allow-unverified", Options{NoSelftest: true, AllowUnverified: true}, 200, 200, "egressd_verified 0", "WARNING"},
 		{"sealed", Options{Verify: func(context.Context, *policy.Policy) Verdict { return Verdict{Sealed: true} }}, 200, 200, "egressd_verified 1", "sealed"},
-		{"leak", Options{Verify: func(context.Context, *policy.Policy) Verdict { return Verdict{Leaks: []string{"x"}} }}, 503, 503, "egressd_verified 0", "leak"},
+		{"leak", Options{Verify: func(context.Context, *policy.Policy) Verdict { return Verdict{Leaks: []string{"x"}} }}, 503, 503, `egressd_selftest_runs_total{result="leak",trigger="boot"} 1`, "leak"},
+		// a positive control that fails is not a leak, in /readyz and metrics
+		{"control failed", Options{Verify: func(context.Context, *policy.Policy) Verdict {
+			return Verdict{ControlsFailed: []string{"expect/https://example.org/: timeout"}}
+		}}, 503, 503, `egressd_selftest_runs_total{result="control-failed",trigger="boot"} 1`, "not ready: control-failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,10 +57,16 @@ func (d *Daemon) WatchReload(ctx context.Context, path string) error {
 	}
 }
 
-// notify posts a leak report to the webhook.
+// notify posts a leak report to the webhook. A run whose only failures
+// are positive controls is "egressd.selftest.control-failed": the network
+// may merely be down, and that must not page anyone as a leak.
 func notify(log *slog.Logger, url string, v Verdict) {
+	event := "egressd.selftest.leak"
+	if len(v.Leaks) == 0 && len(v.ControlsFailed) > 0 {
+		event = "egressd.selftest.control-failed"
+	}
 	body, _ := json.Marshal(map[string]any{
-		"event": "egressd.selftest.leak", "time": time.Now().UTC(), "leaks": v.Leaks, "error": fmt.Sprint(v.Err),
+		"event": event, "time": time.Now().UTC(), "leaks": v.Leaks, "controls_failed": v.ControlsFailed, "error": fmt.Sprint(v.Err),
 	})
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Post(url, "application/json", bytes.NewReader(body))

@@ -27,6 +27,7 @@ func (c *compiler) errf(line int, field, format string, args ...any) {
 // Defaults for keys the file leaves out.
 const (
 	defaultInterval         = 5 * time.Minute
+	defaultAlertBatch       = 10 * time.Second
 	defaultProbeTimeout     = 1500 * time.Millisecond
 	defaultConnsPerIdentity = 512
 	defaultHeaderBytes      = 32 << 10
@@ -73,6 +74,8 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	c.sandbox(p, &raw.Sandbox)
 	c.selftest(p, &raw.Selftest)
 	c.limits(p, &raw.Limits)
+	p.Alerts.Webhook = c.url(raw.Alerts.Webhook, "alerts.webhook")
+	p.Alerts.Batch = c.duration(raw.Alerts.Batch, "alerts.batch", defaultAlertBatch)
 	return p
 }
 
@@ -385,7 +388,7 @@ func (c *compiler) identities(p *Policy, ids []rawIdentity) {
 	seen := map[string]bool{}
 	for i, ri := range ids {
 		f := fmt.Sprintf("identities[%d]", i)
-		id := Identity{Name: ri.Name.V, User: ri.User.V}
+		id := Identity{Name: ri.Name.V, User: ri.User.V, Evaluation: ri.Evaluation != nil && ri.Evaluation.V}
 		if id.Name == "" {
 			c.errf(ri.Name.Line, f+".name", "an identity needs a name")
 			continue

@@ -39,6 +39,12 @@ type rawConfig struct {
 	Sandbox    rawSandbox    `yaml:"sandbox"`
 	Selftest   rawSelftest   `yaml:"selftest"`
 	Limits     rawLimits     `yaml:"limits"`
+	Alerts     rawAlerts     `yaml:"alerts"`
+}
+
+type rawAlerts struct {
+	Webhook at[string] `yaml:"webhook"`
+	Batch   at[string] `yaml:"batch"`
 }
 
 type rawListen struct {
@@ -72,9 +78,10 @@ type rawDeny struct {
 }
 
 type rawIdentity struct {
-	Name  at[string]   `yaml:"name"`
-	CIDRs []at[string] `yaml:"cidrs"`
-	User  at[string]   `yaml:"user"`
+	Name       at[string]   `yaml:"name"`
+	CIDRs      []at[string] `yaml:"cidrs"`
+	User       at[string]   `yaml:"user"`
+	Evaluation *at[bool]    `yaml:"evaluation"`
 }
 
 type rawSandbox struct {
@@ -205,7 +212,7 @@ var (
 // sectionOf names a raw type as the user knows it.
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
-	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
+	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits", "Alerts": "alerts",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors, naming unknown

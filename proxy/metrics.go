@@ -4,13 +4,14 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the proxy's Prometheus collectors (names in README).
 type metrics struct {
-	requests        *prometheus.CounterVec
+	requests        *prometheus.CounterVec // agent traffic only
 	highRisk        prometheus.Counter
 	bytes           *prometheus.CounterVec
 	bytesIn         prometheus.Counter // bytes{direction="in"}, looked up once
 	bytesOut        prometheus.Counter
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
+	probes          *prometheus.CounterVec // probe traffic, by its own identity
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,9 +33,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 0.1},
 		}),
 	}
+	m.probes = newProbeMetric()
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.probes)
 	}
 	return m
 }

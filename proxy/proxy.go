@@ -51,7 +51,29 @@ type Config struct {
 	// ReadyExempt lets a client connection (by its remote address) through
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
+	// These connections are egressd's own self-test: logged as
+	// SelftestIdentity and counted as probe traffic (probe.go).
 	ReadyExempt func(remote netip.AddrPort) bool
+	// Probe connects the in-sandbox probes (probe.go); zero: none.
+	Probe ProbeHooks
+	// Alert is told of every high-risk attempt by a sandbox and every
+	// attempt by an evaluation identity (never of probe traffic). It runs
+	// on the request path: it must not block.
+	Alert func(Attempt)
+}
+
+// Attempt is a decision worth an alert.
+type Attempt struct {
+	Time     time.Time `json:"time"`
+	Identity string    `json:"identity"`
+	Method   string    `json:"method"`
+	Host     string    `json:"host"`
+	Port     uint16    `json:"port"`
+	Decision string    `json:"decision"`
+	Reason   string    `json:"reason"`
+	HighRisk bool      `json:"high_risk"`
+	// Evaluation: the identity is marked evaluation: true.
+	Evaluation bool `json:"evaluation"`
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -67,6 +89,8 @@ type Proxy struct {
 	m      *metrics
 	ready  func() bool
 	exempt func(netip.AddrPort) bool
+	probe  ProbeHooks
+	alert  func(Attempt)
 	ids    *tracker
 
 	mu      sync.Mutex
@@ -90,6 +114,8 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		m:      newMetrics(cfg.Registry),
 		ready:  cfg.Ready,
 		exempt: cfg.ReadyExempt,
+		probe:  cfg.Probe,
+		alert:  cfg.Alert,
 		ids:    newTracker(),
 		self:   map[netip.AddrPort]bool{},
 	}
@@ -233,10 +259,14 @@ func isLocalAddr(a netip.Addr) bool {
 type request struct {
 	start    time.Time
 	identity string
-	target   policy.Target
-	d        policy.Decision
-	method   string
-	path     string
+	// probe is the identity probe traffic is logged and counted under
+	// (SelftestIdentity, ProbeIdentityPrefix+identity); "" for an agent.
+	// Quarantine and limits still apply to identity.
+	probe  string
+	target policy.Target
+	d      policy.Decision
+	method string
+	path   string
 	// connect state for an inspected tunnel: inner requests must name the
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
@@ -256,6 +286,18 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		head, _ = sc.next()
 	}
 	rq := &request{start: start, method: r.Method, identity: x.identify(r)}
+	if isProbeAPI(r) {
+		x.serveProbeAPI(w, r, rq.identity)
+		return
+	}
+	host := r.URL.Hostname()
+	if r.Method == http.MethodConnect {
+		host = r.Host
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			host = h
+		}
+	}
+	rq.probe = x.probeLabel(r, rq.identity, host)
 	if head.bad != "" {
 		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
 		return
@@ -328,15 +370,47 @@ func (x *Proxy) identify(r *http.Request) string {
 	return ""
 }
 
+// logIdentity is the identity a decision is logged under.
+func (rq *request) logIdentity() string {
+	if rq.probe != "" {
+		return rq.probe
+	}
+	return rq.identity
+}
+
+// count counts a decision: probe traffic in its own metric, agents' in
+// egressd_requests_total and egressd_high_risk_total.
+func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, highRisk bool) {
+	if rq.probe != "" {
+		x.m.probes.WithLabelValues(rq.probe, decision, reason).Inc()
+		return
+	}
+	x.m.requests.WithLabelValues(decision, reason, pageType, rule).Inc()
+	if highRisk {
+		x.m.highRisk.Inc()
+	}
+	if x.alert == nil {
+		return
+	}
+	if eval := x.Policy().Evaluation(rq.identity); highRisk || eval {
+		host := rq.target.Host()
+		if host == "" {
+			host = rq.d.Host
+		}
+		x.alert(Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
+			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval})
+	}
+}
+
 // refuse answers a request that never reached a decision rule (hygiene,
 // readiness, quarantine) and logs it.
 func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, status int, reason, detail string) {
 	w.Header().Set("X-Egressd-Deny", reason)
 	w.Header().Set("Connection", "close")
 	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
-	x.m.requests.WithLabelValues("deny", reason, "", "").Inc()
+	x.count(rq, "deny", reason, "", "", false)
 	x.log.LogAttrs(r.Context(), slog.LevelWarn, "decision",
-		slog.String("identity", rq.identity), slog.String("method", r.Method),
+		slog.String("identity", rq.logIdentity()), slog.String("method", r.Method),
 		slog.String("host", r.Host), slog.String("path", truncate(r.URL.Path, maxLogPath)),
 		slog.String("decision", "deny"), slog.String("reason", reason), slog.String("detail", detail),
 		slog.Int("status", status))

@@ -24,7 +24,7 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	p := x.Policy()
 	var rq *request
 	if tun, ok := ctx.UserData.(*request); ok {
-		rq = &request{start: time.Now(), identity: tun.identity, method: r.Method, tunnel: tun}
+		rq = &request{start: time.Now(), identity: tun.identity, probe: tun.probe, method: r.Method, tunnel: tun}
 		if x.ids.quarantined(rq.identity) {
 			return r, x.deny(r, rq, http.StatusForbidden, "quarantine", "", "identity "+rq.identity+" is quarantined")
 		}
@@ -265,7 +265,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		host = d.Host
 	}
 	x.log.LogAttrs(ctx, level, "decision",
-		slog.String("identity", rq.identity),
+		slog.String("identity", rq.logIdentity()),
 		slog.String("method", rq.method),
 		slog.String("host", host),
 		slog.Int("port", int(rq.target.Port)),
@@ -282,8 +282,5 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		slog.String("detail", detail),
 		slog.Bool("inspected", rq.tunnel != nil),
 	)
-	x.m.requests.WithLabelValues(decision, reason, d.PageType.String(), d.RuleName()).Inc()
-	if d.HighRisk {
-		x.m.highRisk.Inc()
-	}
+	x.count(rq, decision, reason, d.PageType.String(), d.RuleName(), d.HighRisk)
 }

@@ -19,10 +19,13 @@ const maxHistoryLine = 1 << 20
 
 // HistoryLine is one line of the history file.
 type HistoryLine struct {
-	Source string  `json:"source"` // "selftest" or "serve"
-	Mode   string  `json:"mode"`   // where the probes ran: namespace or loopback
+	Source string  `json:"source"` // "selftest", "serve", or "probe" (in-sandbox)
+	Mode   string  `json:"mode"`   // where the probes ran: namespace, loopback, or sandbox
 	Config string  `json:"config"` // the config file the run tested
 	Report *Report `json:"report"`
+	// Identity is the sandbox an in-sandbox probe ran in, as the proxy
+	// identified it by its source ("" for egressd's own runs).
+	Identity string `json:"identity,omitempty"`
 }
 
 // AppendHistory appends a line to the history in stateDir.

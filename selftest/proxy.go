@@ -22,6 +22,14 @@ const denyHeader = "X-Egressd-Deny"
 
 const userAgent = "egressd-selftest"
 
+// userAgent is Config.UserAgent, else egressd-selftest.
+func (r *runner) userAgent() string {
+	if r.c.UserAgent != "" {
+		return r.c.UserAgent
+	}
+	return userAgent
+}
+
 // maxBody bounds what a probe reads of a response body.
 const maxBody = 64 << 10
 
@@ -88,7 +96,7 @@ func (r *runner) connect(ctx context.Context, hostport string) (resp *response, 
 		return nil, nil, nil, nil, err
 	}
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: hostport}, Host: hostport,
-		Header: http.Header{"User-Agent": {userAgent}}}
+		Header: http.Header{"User-Agent": {r.userAgent()}}}
 	if err := req.Write(c); err != nil {
 		done()
 		return nil, nil, nil, nil, fmt.Errorf("write CONNECT: %w", err)
@@ -128,7 +136,7 @@ func (r *runner) do(ctx context.Context, method, rawURL, ctype, body string, ver
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
-	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("User-Agent", r.userAgent())
 	req.Close = true
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
@@ -235,7 +243,7 @@ func (r *runner) canaryLog(ctx context.Context) outcome {
 	if err != nil {
 		return errored("bad URL", err.Error())
 	}
-	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("User-Agent", r.userAgent())
 	resp, err := cl.Do(req)
 	if err != nil {
 		return errored("log unreachable", err.Error())
@@ -263,7 +271,7 @@ func (r *runner) connectRefused(ctx context.Context, hostport string) outcome {
 
 // rawRefused sends GET rawURL with the given Host header, byte for byte.
 func (r *runner) rawRefused(ctx context.Context, rawURL, host, want string) outcome {
-	resp, err := r.raw(ctx, "GET "+rawURL+" HTTP/1.1\r\nHost: "+host+"\r\nUser-Agent: "+userAgent+"\r\nConnection: close\r\n\r\n")
+	resp, err := r.raw(ctx, "GET "+rawURL+" HTTP/1.1\r\nHost: "+host+"\r\nUser-Agent: "+r.userAgent()+"\r\nConnection: close\r\n\r\n")
 	if err != nil {
 		return proxyErr(err)
 	}

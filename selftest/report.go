@@ -31,8 +31,12 @@ const (
 // Outcomes of a whole run, as Report.Outcome returns them.
 const (
 	OutcomeSealed     = "sealed"     // every probe passed
-	OutcomeLeak       = "leak"       // a probe leaked or a positive control failed
+	OutcomeLeak       = "leak"       // a probe leaked
 	OutcomeIncomplete = "incomplete" // no leak found, but some probes did not run
+	// OutcomeControlFailed: no leak, but a positive control could not
+	// reach its target (the network or the upstream may be down), so the
+	// refusals prove nothing. Not a leak: it must not page anyone as one.
+	OutcomeControlFailed = "control-failed"
 )
 
 // Result is one probe's outcome.
@@ -58,24 +62,36 @@ type Report struct {
 // Sealed reports whether every probe ran and passed.
 func (r *Report) Sealed() bool { return r.Outcome() == OutcomeSealed }
 
-// Outcome is OutcomeLeak if any probe leaked or any positive control
-// failed, else OutcomeIncomplete if any probe did not run or could not
-// tell, else OutcomeSealed. An empty run is incomplete.
+// Outcome is OutcomeLeak if any probe leaked, else OutcomeControlFailed if
+// a positive control failed, else OutcomeIncomplete if any probe did not
+// run or could not tell, else OutcomeSealed. An empty run is incomplete.
 func (r *Report) Outcome() string {
 	out := OutcomeSealed
 	if len(r.Results) == 0 {
 		out = OutcomeIncomplete
 	}
+	control := false
 	for _, res := range r.Results {
 		switch res.Status {
-		case Leak, Failed:
+		case Leak:
 			return OutcomeLeak
+		case Failed:
+			control = true
 		case NotRun, Error:
 			out = OutcomeIncomplete
 		}
 	}
+	if control {
+		return OutcomeControlFailed
+	}
 	return out
 }
+
+// Leaks returns the results with status Leak.
+func (r *Report) Leaks() []Result { return r.with(Leak) }
+
+// ControlsFailed returns the positive controls that failed.
+func (r *Report) ControlsFailed() []Result { return r.with(Failed) }
 
 // Failures returns the results with status Leak or Failed.
 func (r *Report) Failures() []Result { return r.with(Leak, Failed) }

@@ -113,6 +113,11 @@ type Config struct {
 	// for inspected rules, egressd's CA. Nil: the system roots.
 	RootCAs *x509.CertPool
 
+	// UserAgent of every request through the proxy; "": egressd-selftest.
+	// `egressd probe` sends egressd-probe/TOKEN, the run token of its plan,
+	// so egressd counts its requests as probe traffic.
+	UserAgent string
+
 	// Timeout bounds each probe; zero means 1.5 s. Blocked probes wait the
 	// whole timeout (silence is what a wall looks like), so a run takes
 	// about this long. Positive controls get twice as long.

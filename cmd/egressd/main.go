@@ -33,6 +33,8 @@ commands:
   validate  [--config FILE]                     check a config; errors name file:line:field
   selftest  [--config FILE] [--json] [--state-dir DIR]
                                                 run the escape probes
+  probe     [--proxy HOST:PORT] [--dns HOST:PORT] [--json] [--junit FILE] [--every D | -- CMD [ARGS]]
+                                                the escape probes from inside a sandbox, reported to egressd
   nft       apply|show|down [--config FILE]     the kernel walls
   report    [--config FILE] [--state-dir DIR] [--log FILE]
                                                 evidence pack for auditors (Markdown)

@@ -13,6 +13,7 @@ import (
 	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/selftest"
 )
 
 func init() { commands["serve"] = cmdServe }
@@ -75,6 +76,9 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		CA:              authority,
 		NoSelftest:      *noSelftest,
 		AllowUnverified: *allowUnverified,
+		ProbeResult: func(r daemon.ProbeResult) error {
+			return selftest.AppendHistory(*stateDir, selftest.HistoryLine{Source: "probe", Mode: "sandbox", Identity: r.Identity, Report: r.Report})
+		},
 	}
 	if *walls {
 		wireWalls(&opt)

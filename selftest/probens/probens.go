@@ -69,8 +69,11 @@ func Verdict(rep *selftest.Report, err error) daemon.Verdict {
 		return daemon.Verdict{Err: err}
 	}
 	v := daemon.Verdict{Sealed: rep.Sealed()}
-	for _, r := range rep.Failures() {
+	for _, r := range rep.Leaks() {
 		v.Leaks = append(v.Leaks, r.ID+": "+r.Detail)
+	}
+	for _, r := range rep.ControlsFailed() {
+		v.ControlsFailed = append(v.ControlsFailed, r.ID+": "+r.Detail)
 	}
 	var u, skipped []selftest.Result
 	for _, r := range rep.Unfinished() {
@@ -80,13 +83,13 @@ func Verdict(rep *selftest.Report, err error) daemon.Verdict {
 			u = append(u, r)
 		}
 	}
-	if len(u) > 0 && len(v.Leaks) == 0 {
+	if len(u) > 0 && len(v.Leaks) == 0 && len(v.ControlsFailed) == 0 {
 		v.Err = fmt.Errorf("self-test incomplete: %s", unfinishedSummary(u, len(rep.Results)))
 	}
 	if len(skipped) > 0 {
 		// Proxy-only mode proves the checkpoint and says what it did not
 		// prove; it is sealed only if everything else passed.
-		v.Sealed = len(v.Leaks) == 0 && len(u) == 0
+		v.Sealed = len(v.Leaks) == 0 && len(v.ControlsFailed) == 0 && len(u) == 0
 		v.Note = fmt.Sprintf("%d direct-route probes not run: %s", len(skipped), ProxyOnly)
 	}
 	return v

@@ -28,22 +28,26 @@ func TestVerdict(t *testing.T) {
 		return r
 	}
 	tests := []struct {
-		name    string
-		rep     *selftest.Report
-		err     error
-		sealed  bool
-		leaks   []string
-		errText string
+		name     string
+		rep      *selftest.Report
+		err      error
+		sealed   bool
+		leaks    []string
+		errText  string
+		controls []string
 	}{
-		{"sealed", rep(selftest.Pass, selftest.Pass), nil, true, nil, ""},
-		{"leak", rep(selftest.Pass, selftest.Leak, selftest.NotRun), nil, false, []string{"pb: why LEAK"}, ""},
-		{"failed control", rep(selftest.Failed), nil, false, []string{"pa: why FAILED"}, ""},
-		{"not run", rep(selftest.Pass, selftest.NotRun, selftest.NotRun), nil, false, nil, "2 of 3 probes not-run: why not-run"},
-		{"could not start", nil, errors.New("no namespace"), false, nil, "no namespace"},
+		{"sealed", rep(selftest.Pass, selftest.Pass), nil, true, nil, "", nil},
+		{"leak", rep(selftest.Pass, selftest.Leak, selftest.NotRun), nil, false, []string{"pb: why LEAK"}, "", nil},
+		{"failed control", rep(selftest.Failed), nil, false, nil, "", []string{"pa: why FAILED"}},
+		{"not run", rep(selftest.Pass, selftest.NotRun, selftest.NotRun), nil, false, nil, "2 of 3 probes not-run: why not-run", nil},
+		{"could not start", nil, errors.New("no namespace"), false, nil, "no namespace", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := Verdict(tt.rep, tt.err)
+			if !slices.Equal(v.ControlsFailed, tt.controls) {
+				t.Errorf("got controls failed %q, want %q", v.ControlsFailed, tt.controls)
+			}
 			if v.Sealed != tt.sealed || !slices.Equal(v.Leaks, tt.leaks) {
 				t.Errorf("got sealed=%v leaks=%q, want %v %q", v.Sealed, v.Leaks, tt.sealed, tt.leaks)
 			}
