@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"fmt"
 	"github.com/egressd/egressd/configs"
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/policy"
-	"fmt"
 )
 
 // defaultWithLocalTargets is configs/default.yaml with its listen section
