@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -136,8 +138,11 @@ func (ps *probes) label(identity, ua, host string) bool {
 	}
 	// the metadata probes spell an address many ways: compare its
 	// canonical form
-	if t, err := policy.ParseAuthority(host + ":80"); err == nil && t.Addr.IsValid() {
-		return ps.hosts[t.Addr.String()]
+	if a, err := netip.ParseAddr(h); err == nil {
+		return ps.hosts[a.Unmap().String()]
+	}
+	if t, err := policy.ParseAuthority(net.JoinHostPort(h, "80")); err == nil && t.Addr.IsValid() {
+		return ps.hosts[t.Addr.Unmap().String()]
 	}
 	return false
 }
@@ -246,7 +251,9 @@ func (ps *probes) Collect(ch chan<- prometheus.Metric) {
 	defer ps.mu.Unlock()
 	now := ps.now()
 	for id, s := range ps.ids {
-		if s.last == nil && s.started.IsZero() {
+		if s.last == nil {
+			// overdue counts from a first result: a plan fetched by
+			// `egressd selftest` beside serve reports nothing here
 			continue
 		}
 		due := s.every

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // Probe traffic is not agent traffic. egressd's own self-test (the
@@ -17,11 +19,11 @@ import (
 // egressd_high_risk_total, so neither alerts nor the evidence pack
 // mistake egressd talking to itself for an agent trying to get out.
 
-// SelftestIdentity labels egressd's own self-test in logs and metrics.
-const SelftestIdentity = "egressd-selftest"
-
-// ProbeIdentityPrefix labels an in-sandbox probe: "egressd-probe/agent-a".
-const ProbeIdentityPrefix = "egressd-probe/"
+// SelftestIdentity and ProbeIdentityPrefix label probe traffic (policy).
+const (
+	SelftestIdentity    = policy.SelftestIdentity
+	ProbeIdentityPrefix = policy.ProbeIdentityPrefix
+)
 
 // ProbeUserAgentPrefix starts the User-Agent of an in-sandbox probe run:
 // "egressd-probe/TOKEN", TOKEN from the plan egressd served.

@@ -37,18 +37,33 @@ type decision struct {
 	Port     int       `json:"port"`
 	Path     string    `json:"path"`
 	Rule     string    `json:"rule"`
+	PageType string    `json:"page_type"`
 	Decision string    `json:"decision"`
 	Reason   string    `json:"reason"`
 	HighRisk bool      `json:"high_risk"`
 	Status   int       `json:"status"`
 }
 
-// DecisionLog is what the report reads from a decision log.
+// actionPages are the page types that act rather than read.
+var actionPages = map[string]bool{"login": true, "upload": true, "posting": true, "publish": true, "oauth": true, "admin": true}
+
+// DecisionLog is what the report reads from a decision log. Probe
+// traffic (egressd's self-test, in-sandbox probes) is counted apart: the
+// other tables are about real sandboxes only.
 type DecisionLog struct {
 	lines, decisions, allowed, skipped int
+	probes                             int // decisions on probe traffic
 	first, last                        time.Time
 	highRisk                           []decision
+	blocked                            []decision        // metadata and action pages refused
 	denials                            map[[2]string]int // reason, host → count
+	reached                            map[[2]string]*reach
+}
+
+// reach is what one agent reached on one host.
+type reach struct {
+	requests int
+	pages    map[string]bool
 }
 
 // ReadDecisionLog reads the JSON lines `egressd serve` writes on stderr;
@@ -59,7 +74,7 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 		return nil, fmt.Errorf("open decision log: %w", err)
 	}
 	defer f.Close()
-	dl := &DecisionLog{denials: map[[2]string]int{}}
+	dl := &DecisionLog{denials: map[[2]string]int{}, reached: map[[2]string]*reach{}}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, maxLogLineSize)
 	for sc.Scan() {
@@ -70,6 +85,10 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 			continue
 		}
 		if d.Msg != "decision" {
+			continue
+		}
+		if policy.IsProbeIdentity(d.Identity) {
+			dl.probes++
 			continue
 		}
 		dl.decisions++
@@ -84,7 +103,20 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 		}
 		if d.Decision == "allow" {
 			dl.allowed++
+			k := [2]string{d.Identity, d.Host}
+			r := dl.reached[k]
+			if r == nil {
+				r = &reach{pages: map[string]bool{}}
+				dl.reached[k] = r
+			}
+			r.requests++
+			if d.PageType != "" {
+				r.pages[d.PageType] = true
+			}
 			continue
+		}
+		if d.HighRisk || actionPages[d.PageType] || d.Reason == "mirror" || d.Reason == "page-type" {
+			dl.blocked = append(dl.blocked, d)
 		}
 		dl.denials[[2]string{d.Reason, d.Host}]++
 	}
@@ -109,7 +141,8 @@ type Input struct {
 func Write(w io.Writer, in Input) {
 	p := in.Policy
 	fmt.Fprintf(w, "# egressd evidence pack\n\nGenerated %s from config `%s`.\n\n", in.Now.Format(time.RFC3339), p.Source)
-	fmt.Fprintf(w, "**Summary:** %s\n\n", historySummary(in.Runs))
+	own, _ := splitRuns(in.Runs)
+	fmt.Fprintf(w, "**Summary:** %s\n\n", historySummary(own))
 
 	fmt.Fprintf(w, "## 1. The single egress route: the kernel walls\n\n")
 	fmt.Fprintf(w, "Sandbox traffic may reach only the proxy and DNS ports on the gateway; everything else is dropped and counted (nftables table `inet %s`, with packet and byte counters).\n\n", nft.DefaultTable)
@@ -122,11 +155,199 @@ func Write(w io.Writer, in Input) {
 	fmt.Fprintf(w, "## 2. The effective policy\n\n")
 	writePolicy(w, p)
 
-	fmt.Fprintf(w, "## 3. Self-test history\n\n")
-	writeHistory(w, in.Runs)
+	_, sandboxes := splitRuns(in.Runs)
+	fmt.Fprintf(w, "## 3. Escape tests: egressd's self-test\n\n")
+	writeHistory(w, own)
 
-	fmt.Fprintf(w, "## 4. High-risk hits and denials\n\n")
+	fmt.Fprintf(w, "## 4. In-sandbox probes\n\n")
+	writeProbes(w, in.Now, sandboxes)
+
+	fmt.Fprintf(w, "## 5. Blocked attempts by sandboxes: high-risk hits, metadata and action pages, denials\n\n")
 	writeDecisions(w, in.Log, in.LogFile)
+
+	fmt.Fprintf(w, "## 6. What each agent reached\n\n")
+	writeReached(w, in.Log)
+
+	fmt.Fprintf(w, "## 7. No long-lived keys inside\n\n")
+	writeCredentials(w, sandboxes)
+}
+
+// splitRuns separates egressd's own runs from in-sandbox probe results.
+func splitRuns(runs []selftest.HistoryLine) (own, sandboxes []selftest.HistoryLine) {
+	for _, h := range runs {
+		if h.Source == "probe" {
+			sandboxes = append(sandboxes, h)
+		} else {
+			own = append(own, h)
+		}
+	}
+	return own, sandboxes
+}
+
+// ProbeRow is one identity's in-sandbox probe record.
+type ProbeRow struct {
+	Identity    string                `json:"identity"`
+	Runs        int                   `json:"runs"`
+	LeakRuns    int                   `json:"leak_runs"`
+	Last        time.Time             `json:"last_run"`
+	Outcome     string                `json:"last_outcome"`
+	Failures    []selftest.Result     `json:"last_failures,omitempty"`
+	Credentials []selftest.Credential `json:"credentials,omitempty"`
+}
+
+// probeRows is the per-identity view of the in-sandbox probe runs,
+// sorted by identity.
+func probeRows(runs []selftest.HistoryLine) []ProbeRow {
+	by := map[string]*ProbeRow{}
+	for _, h := range runs {
+		if h.Report == nil {
+			continue
+		}
+		r := by[h.Identity]
+		if r == nil {
+			r = &ProbeRow{Identity: h.Identity}
+			by[h.Identity] = r
+		}
+		r.Runs++
+		if h.Report.Outcome() == selftest.OutcomeLeak {
+			r.LeakRuns++
+		}
+		if !h.Report.Start.Before(r.Last) {
+			r.Last, r.Outcome, r.Failures, r.Credentials = h.Report.Start, h.Report.Outcome(), h.Report.Failures(), h.Report.Credentials
+		}
+	}
+	var out []ProbeRow
+	for _, r := range by {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b ProbeRow) int { return strings.Compare(a.Identity, b.Identity) })
+	return out
+}
+
+func writeProbes(w io.Writer, now time.Time, runs []selftest.HistoryLine) {
+	rows := probeRows(runs)
+	if len(rows) == 0 {
+		fmt.Fprintf(w, "No in-sandbox probe has reported. Run `egressd probe` inside each sandbox (entrypoint guard, CI gate or `--every 5m`): egressd's own self-test probes from a namespace it wires itself, which may differ from how a container or pod is wired.\n\n")
+		return
+	}
+	fmt.Fprintf(w, "`egressd probe` runs inside each sandbox and reports through the checkpoint; the identity is the one egressd gives the sandbox's source.\n\n")
+	fmt.Fprintf(w, "| identity | last run (UTC) | age | last outcome | runs | runs with a leak |\n|---|---|---|---|---|---|\n")
+	var failures []string
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %v | %s | %d | %d |\n", md(r.Identity), r.Last.UTC().Format(time.RFC3339), now.Sub(r.Last).Round(time.Second), r.Outcome, r.Runs, r.LeakRuns)
+		for _, f := range r.Failures {
+			failures = append(failures, fmt.Sprintf("- %s at %s: **%s** `%s` (%s, target `%s`): %s", md(r.Identity), r.Last.UTC().Format(time.RFC3339), f.Status, f.ID, f.Route, f.Target, f.Detail))
+		}
+	}
+	fmt.Fprintln(w)
+	if len(failures) > 0 {
+		fmt.Fprintf(w, "Leaks and failed positive controls in each sandbox's last run:\n\n%s\n\n", strings.Join(failures, "\n"))
+	}
+}
+
+// ReachRow is what one agent reached on one host.
+type ReachRow struct {
+	Identity  string   `json:"identity"`
+	Host      string   `json:"host"`
+	Requests  int      `json:"requests"`
+	PageTypes []string `json:"page_types"`
+}
+
+func reachRows(dl *DecisionLog) []ReachRow {
+	if dl == nil {
+		return nil
+	}
+	var out []ReachRow
+	for k, r := range dl.reached {
+		pages := make([]string, 0, len(r.pages))
+		for p := range r.pages {
+			pages = append(pages, p)
+		}
+		slices.Sort(pages)
+		out = append(out, ReachRow{Identity: k[0], Host: k[1], Requests: r.requests, PageTypes: pages})
+	}
+	slices.SortFunc(out, func(a, b ReachRow) int {
+		return cmp.Or(strings.Compare(a.Identity, b.Identity), strings.Compare(a.Host, b.Host))
+	})
+	return out
+}
+
+func writeReached(w io.Writer, dl *DecisionLog) {
+	rows := reachRows(dl)
+	if dl == nil {
+		fmt.Fprintf(w, "No decision log given.\n\n")
+		return
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(w, "No sandbox request was allowed in this log.\n\n")
+		return
+	}
+	fmt.Fprintf(w, "| identity | host | requests | page types |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", md(r.Identity), md(r.Host), r.Requests, md(strings.Join(r.PageTypes, ", ")))
+	}
+	fmt.Fprintln(w)
+}
+
+func writeCredentials(w io.Writer, runs []selftest.HistoryLine) {
+	rows := probeRows(runs)
+	if len(rows) == 0 {
+		fmt.Fprintf(w, "Not scanned: `egressd probe` scans its environment and its user's well-known credential files in each sandbox (names and locations only, never values).\n\n")
+		return
+	}
+	fmt.Fprintf(w, "From each sandbox's last `egressd probe` run: environment variables shaped like tokens and the well-known credential files of the user it ran as (cloud CLIs, docker, .netrc, git, SSH and PEM private keys). Names and locations only; no value is ever read into the report.\n\n")
+	fmt.Fprintf(w, "| identity | kind | name | location |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		if len(r.Credentials) == 0 {
+			fmt.Fprintf(w, "| %s | none found | - | - |\n", md(r.Identity))
+		}
+		for _, c := range r.Credentials {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", md(r.Identity), md(c.Kind), md(c.Name), md(c.Location))
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// Pack is the evidence pack as JSON: the same sections as the Markdown.
+type Pack struct {
+	Generated time.Time              `json:"generated"`
+	Config    string                 `json:"config"`
+	Summary   string                 `json:"summary"`
+	Walls     string                 `json:"walls,omitempty"`
+	WallsErr  string                 `json:"walls_error,omitempty"`
+	Rules     int                    `json:"rules"`
+	Selftest  []selftest.HistoryLine `json:"selftest_runs"`
+	Probes    []ProbeRow             `json:"sandbox_probes"`
+	Decisions *DecisionSummary       `json:"decisions,omitempty"`
+	Reached   []ReachRow             `json:"reached"`
+}
+
+// DecisionSummary is the decision log's part of the pack (real sandboxes
+// only; probe traffic is a count).
+type DecisionSummary struct {
+	File      string     `json:"file"`
+	Decisions int        `json:"decisions"`
+	Allowed   int        `json:"allowed"`
+	Probe     int        `json:"probe_decisions"`
+	HighRisk  []decision `json:"high_risk"`
+	Blocked   []decision `json:"blocked_metadata_and_actions"`
+}
+
+// WriteJSON writes the evidence pack as one JSON document.
+func WriteJSON(w io.Writer, in Input) error {
+	own, sandboxes := splitRuns(in.Runs)
+	pk := Pack{Generated: in.Now, Config: in.Policy.Source, Summary: historySummary(own), Walls: in.Walls,
+		Rules: len(in.Policy.Rules), Selftest: own, Probes: probeRows(sandboxes), Reached: reachRows(in.Log)}
+	if in.WallsErr != nil {
+		pk.WallsErr = in.WallsErr.Error()
+	}
+	if dl := in.Log; dl != nil {
+		pk.Decisions = &DecisionSummary{File: in.LogFile, Decisions: dl.decisions, Allowed: dl.allowed, Probe: dl.probes, HighRisk: dl.highRisk, Blocked: dl.blocked}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(pk)
 }
 
 // historySummary is the summary line: runs, probes run, leaks, the last
@@ -268,6 +489,19 @@ func writeDecisions(w io.Writer, dl *DecisionLog, file string) {
 		fmt.Fprintf(w, " (%d lines were not JSON and were skipped)", dl.skipped)
 	}
 	fmt.Fprintf(w, ".\n\n")
+	if dl.probes > 0 {
+		fmt.Fprintf(w, "%d decisions on probe traffic (`egressd-selftest`, `egressd-probe/…`) are left out of these tables: they are egressd testing the walls, not sandboxes.\n\n", dl.probes)
+	}
+	if len(dl.blocked) > 0 {
+		bl := dl.blocked[max(0, len(dl.blocked)-reportHits):]
+		fmt.Fprintf(w, "### Metadata and action pages blocked (log lines), newest first\n\n| time (UTC) | identity | request | page type | reason |\n|---|---|---|---|---|\n")
+		for i := len(bl) - 1; i >= 0; i-- {
+			d := bl[i]
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", d.Time.UTC().Format(time.RFC3339), md(d.Identity),
+				md(fmt.Sprintf("%s %s:%d%s", d.Method, d.Host, d.Port, d.Path)), orDash(d.PageType), md(d.Reason))
+		}
+		fmt.Fprintln(w)
+	}
 	if len(dl.highRisk) > 0 {
 		hits := dl.highRisk[max(0, len(dl.highRisk)-reportHits):]
 		fmt.Fprintf(w, "### High-risk hits (metadata, consoles, registry uploads), newest first\n\n| time (UTC) | identity | request | decision | reason |\n|---|---|---|---|---|\n")

@@ -57,6 +57,17 @@ type Report struct {
 	Start    time.Time     `json:"time"`
 	Duration time.Duration `json:"duration_ns"`
 	Results  []Result      `json:"results"`
+	// Credentials are the long-lived keys an in-sandbox probe found in
+	// its environment and the well-known files of its user: names and
+	// locations, never values.
+	Credentials []Credential `json:"credentials,omitempty"`
+}
+
+// Credential is one long-lived key found inside a sandbox.
+type Credential struct {
+	Kind     string `json:"kind"`     // "aws-credentials", "ssh-private-key", "env-token", ...
+	Name     string `json:"name"`     // the variable, profile or key name
+	Location string `json:"location"` // the file, or "env"
 }
 
 // Sealed reports whether every probe ran and passed.
@@ -191,15 +202,20 @@ type jsonReport struct {
 	Probes     int       `json:"probes"`
 	Leaks      int       `json:"leaks"`
 	NotRun     int       `json:"not_run"`
-	Results    []Result  `json:"results"`
+	// ControlsFailed counts failed positive controls (not leaks).
+	ControlsFailed int          `json:"controls_failed"`
+	Results        []Result     `json:"results"`
+	Credentials    []Credential `json:"credentials,omitempty"`
 }
 
 // MarshalJSON adds outcome, sealed and counts to the results.
 func (r *Report) MarshalJSON() ([]byte, error) {
 	j := jsonReport{Time: r.Start, DurationMS: float64(r.Duration.Microseconds()) / 1000,
 		Outcome: r.Outcome(), Sealed: r.Sealed(), Probes: len(r.Results), Results: r.Results}
-	j.Leaks = len(r.Failures())
+	j.Leaks = len(r.Leaks())
+	j.ControlsFailed = len(r.ControlsFailed())
 	j.NotRun = len(r.Unfinished())
+	j.Credentials = r.Credentials
 	return json.Marshal(j)
 }
 
@@ -212,5 +228,6 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	r.Start = j.Time
 	r.Duration = time.Duration(j.DurationMS * float64(time.Millisecond))
 	r.Results = j.Results
+	r.Credentials = j.Credentials
 	return nil
 }

@@ -24,8 +24,9 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := configFlag(fs)
 	stateDir := fs.String("state-dir", defaultStateDir(), "directory holding the self-test history")
 	logFile := fs.String("log", "", "decision log: the JSON lines `egressd serve` writes on stderr")
+	asJSON := fs.Bool("json", false, "write the evidence pack as JSON instead of Markdown")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
-		fmt.Fprintln(stderr, "usage: egressd report [--config FILE] [--state-dir DIR] [--log FILE]")
+		fmt.Fprintln(stderr, "usage: egressd report [--config FILE] [--state-dir DIR] [--log FILE] [--json]")
 		return exitUsage
 	}
 	p, err := loadPolicy(*cfg)
@@ -46,6 +47,14 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	walls, wallsErr := showWalls()
-	report.Write(stdout, report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr})
+	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr}
+	if *asJSON {
+		if err := report.WriteJSON(stdout, in); err != nil {
+			fmt.Fprintf(stderr, "egressd report: %v\n", err)
+			return exitUsage
+		}
+		return exitOK
+	}
+	report.Write(stdout, in)
 	return exitOK
 }

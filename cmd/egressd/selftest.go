@@ -33,7 +33,7 @@ func cmdSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		printConfigError(stderr, err)
 		return exitUsage
 	}
-	rep, mode, err := runSelftest(ctx, p, *stateDir, true)
+	rep, mode, err := runSelftest(ctx, p, *stateDir, true, true)
 	if err != nil {
 		fmt.Fprintf(stderr, "egressd selftest: could not run: %v\n", err)
 		return exitUsage
@@ -73,7 +73,7 @@ func wireSelftest(opt *daemon.Options, stateDir string) {
 	walls := opt.Walls != nil
 	opt.ProxyConfig.ReadyExempt = probens.Conns.Has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
-		rep, mode, err := runSelftest(ctx, p, stateDir, walls)
+		rep, mode, err := runSelftest(ctx, p, stateDir, walls, false)
 		if err == nil {
 			if herr := recordRun(stateDir, "serve", mode, p, rep); herr != nil && log != nil {
 				log.Error("self-test history", "err", herr)
@@ -92,8 +92,8 @@ func wireSelftest(opt *daemon.Options, stateDir string) {
 
 // runSelftest runs the catalog for p, trusting egressd's own CA in
 // stateDir too (inspected rules).
-func runSelftest(ctx context.Context, p *policy.Policy, stateDir string, namespace bool) (*selftest.Report, string, error) {
-	return probens.Run(ctx, p, plan.TrustRoots(p, filepath.Join(stateDir, "ca", ca.CertFile)), namespace)
+func runSelftest(ctx context.Context, p *policy.Policy, stateDir string, namespace, remote bool) (*selftest.Report, string, error) {
+	return probens.Run(ctx, p, plan.TrustRoots(p, filepath.Join(stateDir, "ca", ca.CertFile)), namespace, remote)
 }
 
 // recordRun appends a run to the history in stateDir.

@@ -52,7 +52,8 @@ var allowed = map[string][]string{
 	// the self-test plan and its runner, and the evidence pack: library
 	// code cmd/egressd only wires.
 	"selftest/plan":    {"policy", "selftest"},
-	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan"},
+	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
+	"selftest/probe":   {"selftest"},
 	"report":           {"nft", "policy", "selftest"},
 }
 

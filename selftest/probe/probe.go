@@ -42,6 +42,9 @@ type Plan struct {
 	Targets  selftest.Targets `json:"targets"`
 }
 
+// UserAgent marks the run's requests as probe traffic.
+func (p *Plan) UserAgent() string { return userAgentPrefix + p.Token }
+
 // Options are the sandbox's view of egressd.
 type Options struct {
 	Proxy netip.AddrPort // egressd's proxy as the sandbox reaches it
@@ -117,7 +120,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*selftest.Report, error) {
 	c := p.Targets.Config()
 	c.Dial = o.dial()
 	c.Proxy, c.DNS = o.Proxy, o.DNS
-	c.UserAgent = userAgentPrefix + p.Token
+	c.UserAgent = p.UserAgent()
 	listen := o.ListenICMP
 	if listen == nil {
 		listen = func(network string) (net.PacketConn, error) { return net.ListenPacket(network, "") }

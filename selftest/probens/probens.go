@@ -24,6 +24,7 @@ import (
 	"github.com/egressd/egressd/sandbox"
 	"github.com/egressd/egressd/selftest"
 	"github.com/egressd/egressd/selftest/plan"
+	"github.com/egressd/egressd/selftest/probe"
 )
 
 // ProxyOnly is why serve without --walls does not run the direct-route
@@ -42,10 +43,13 @@ const (
 
 // Run runs the catalog for p with the given trust roots. namespace asks
 // for the probe namespace (serve --walls, selftest); without root the
-// loopback environment is used. The error is for a run that could not
-// start (the probe namespace could not be built); probes that could not
-// run are in the report.
-func Run(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace bool) (*selftest.Report, string, error) {
+// loopback environment is used. remote is for a run outside the serving
+// process (`egressd selftest` beside serve): its connections are not in
+// this process's Conns, so it asks the proxy for a probe run token, and
+// its requests count as probe traffic there too. The error is for a run
+// that could not start (the probe namespace could not be built); probes
+// that could not run are in the report.
+func Run(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace, remote bool) (*selftest.Report, string, error) {
 	env, err := Open(p, namespace)
 	if err != nil {
 		return nil, "", err
@@ -53,6 +57,12 @@ func Run(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace 
 	defer env.Close()
 	c := plan.Derive(p, roots)
 	env.Apply(&c)
+	if remote {
+		// best effort: a proxy that is not running has no counters to spare
+		if pl, err := probe.FetchPlan(ctx, probe.Options{Proxy: env.proxy, Dial: env.proxyDial, Timeout: 5 * time.Second}); err == nil {
+			c.UserAgent = pl.UserAgent()
+		}
+	}
 	rep, err := selftest.Run(ctx, c)
 	if err != nil {
 		return nil, "", err
