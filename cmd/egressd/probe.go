@@ -33,7 +33,8 @@ func cmdProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "usage: egressd probe [--proxy HOST:PORT] [--dns HOST:PORT] [--json] [--junit FILE] [--every D | -- CMD [ARGS]]")
 		return exitUsage
 	}
-	var o probe.Options
+	o := probe.Options{Env: os.Environ()}
+	o.Home, _ = os.UserHomeDir()
 	if *proxyFlag != "" {
 		o.Proxy, err = probe.ParseProxy(ctx, *proxyFlag)
 	} else {
@@ -63,6 +64,9 @@ func cmdProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			enc.Encode(rep)
 		} else {
 			rep.WriteTable(stdout)
+			for _, c := range rep.Credentials {
+				fmt.Fprintf(stdout, "long-lived key inside: %s %s at %s\n", c.Kind, c.Name, c.Location)
+			}
 		}
 		if *junit != "" {
 			if err := writeJUnitFile(*junit, identity, rep); err != nil {

@@ -58,12 +58,19 @@ func TestInSandboxProbe(t *testing.T) {
 	junit := filepath.Join(l.dir, "junit")
 	os.MkdirAll(junit, 0o777)
 	os.Chmod(junit, 0o777)
+	// planted: a private key in the probe user's home and a token in its
+	// environment; the scan must name both and print neither
+	home := filepath.Join(l.dir, "home")
+	os.MkdirAll(filepath.Join(home, ".ssh"), 0o755)
+	os.Chmod(home, 0o755)
+	const keyBody, token = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUtplantedsecret", "ghp_plantedTOKENplantedTOKENplantedTOKEN1234"
+	os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519"), []byte("-----BEGIN OPENSSH PRIVATE KEY-----\n"+keyBody+"\n-----END OPENSSH PRIVATE KEY-----\n"), 0o644)
 	probeRun := func(extra ...string) (int, string, string) {
 		t.Helper()
 		nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
 		argv := append([]string{l.bin, "probe", "--proxy", "198.51.100.1:3128", "--dns", "198.51.100.1:53"}, extra...)
 		cmd := sandbox.NSExecCommandAs(l.bin, l.topo.Sandbox.Path(), "", nobody, argv)
-		cmd.Env = []string{"SSL_CERT_FILE=" + bundle, "PATH=/usr/bin:/bin"}
+		cmd.Env = []string{"SSL_CERT_FILE=" + bundle, "PATH=/usr/bin:/bin", "HOME=" + home, "GH_PAT=" + token}
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
@@ -152,9 +159,16 @@ func TestInSandboxProbe(t *testing.T) {
 		t.Errorf("history: %d leaking probe runs of sbx-a, want 2", leaks)
 	}
 	_, out, _ = l.egressd(t, nil, "report", "--config", l.cfg, "--state-dir", l.state)
-	for _, want := range []string{"## 4. In-sandbox probes", "| sbx-a |", "**LEAK** `tcp/203.0.113.100:443`"} {
+	for _, want := range []string{"## 4. In-sandbox probes", "| sbx-a |", "**LEAK** `tcp/203.0.113.100:443`",
+		"| sbx-a | private-key | id_ed25519 | " + filepath.Join(home, ".ssh", "id_ed25519") + " |", "| sbx-a | env-token | GH_PAT | env |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	hb, _ := os.ReadFile(filepath.Join(l.state, selftest.HistoryFile))
+	for _, secret := range []string{keyBody, token} {
+		if strings.Contains(out, secret) || strings.Contains(string(hb), secret) || strings.Contains(l.serveLogs(), secret) {
+			t.Errorf("a planted secret reached the report, the history or the logs")
 		}
 	}
 	t.Logf("report:\n%s", out)

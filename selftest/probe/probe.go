@@ -54,6 +54,10 @@ type Options struct {
 	// ListenICMP opens an ICMP socket; nil: net.ListenPacket.
 	ListenICMP func(network string) (net.PacketConn, error)
 	Timeout    time.Duration // per API call; zero: 10s
+	// Env and Home are scanned for long-lived credentials (names and
+	// locations into the report, never values); Env nil: no scan.
+	Env  []string
+	Home string
 }
 
 func (o *Options) dial() selftest.DialFunc {
@@ -142,6 +146,9 @@ func Run(ctx context.Context, p *Plan, o Options) (*selftest.Report, error) {
 		return nil, err
 	}
 	rep.Results = append(rep.Results, notes...)
+	if o.Env != nil {
+		rep.Credentials = ScanCredentials(o.Env, o.Home)
+	}
 	return rep, nil
 }
 
