@@ -76,6 +76,9 @@ type probes struct {
 	ids   map[string]*probeState
 	hosts map[string]bool // the current plan's targets
 	plan  selftest.Targets
+	// the canary name and URL with {token} unfilled: each identity gets
+	// its own token
+	canaryName, canaryURL string
 	log   *slog.Logger
 	save  func(ProbeResult) error
 
@@ -101,6 +104,7 @@ func (ps *probes) setPolicy(p *policy.Policy) {
 	t := c.Targets()
 	ps.mu.Lock()
 	ps.plan, ps.hosts = t, t.Hosts()
+	ps.canaryName, ps.canaryURL = p.Selftest.CanaryName, p.Selftest.CanaryURL
 	ps.mu.Unlock()
 }
 
@@ -114,6 +118,15 @@ func (ps *probes) state(id string) *probeState {
 		ps.ids[id] = s
 	}
 	return s
+}
+
+// targets is the plan for identity: its own canary token. Called with
+// ps.mu held.
+func (ps *probes) targets(identity string) selftest.Targets {
+	c := ps.plan.Config()
+	c.CanaryName, c.CanaryURL = ps.canaryName, ps.canaryURL
+	c = plan.ForIdentity(c, identity)
+	return c.Targets()
 }
 
 // label is proxy.ProbeHooks.Label.
@@ -133,7 +146,7 @@ func (ps *probes) label(identity, ua, host string) bool {
 		return false
 	}
 	h := strings.ToLower(strings.Trim(host, "[]"))
-	if ps.hosts[h] {
+	if ps.hosts[h] || ps.targets(identity).Hosts()[h] {
 		return true
 	}
 	// the metadata probes spell an address many ways: compare its
@@ -169,7 +182,7 @@ func (ps *probes) api(identity string, w http.ResponseWriter, r *http.Request) {
 		token := hex.EncodeToString(tok)
 		s.tokens[token] = now
 		s.started = now
-		resp := planResponse{Identity: identity, Token: token, Targets: ps.plan}
+		resp := planResponse{Identity: identity, Token: token, Targets: ps.targets(identity)}
 		ps.mu.Unlock()
 		ps.log.Info("probe run started", "identity", identity)
 		writeJSON(w, resp)

@@ -482,13 +482,18 @@ func (c *compiler) selftest(p *Policy, s *rawSelftest) {
 		}
 	}
 	if s.CanaryName.V != "" {
-		n, a, err := NormalizeHost(s.CanaryName.V)
+		// {token}: each identity's canary token (selftest/plan), so a hit
+		// in the canary's log names the sandbox that leaked
+		v := strings.ReplaceAll(s.CanaryName.V, CanaryToken, "egressd-token")
+		n, a, err := NormalizeHost(v)
 		if err != nil || a.IsValid() {
 			c.errf(s.CanaryName.Line, "selftest.canary_name", "%q: want a DNS name", s.CanaryName.V)
 		}
-		st.CanaryName = n
+		st.CanaryName = strings.ReplaceAll(n, "egressd-token", CanaryToken)
 	}
-	st.CanaryURL = c.url(s.CanaryURL, "selftest.canary_url")
+	canaryURL := s.CanaryURL
+	canaryURL.V = strings.ReplaceAll(canaryURL.V, CanaryToken, "egressd-token")
+	st.CanaryURL = strings.ReplaceAll(c.url(canaryURL, "selftest.canary_url"), "egressd-token", CanaryToken)
 	st.CanaryLog = c.url(s.CanaryLog, "selftest.canary_log")
 	st.Webhook = c.url(s.Webhook, "selftest.webhook")
 	for j, v := range s.Metadata {

@@ -17,3 +17,7 @@ const (
 func IsProbeIdentity(id string) bool {
 	return id == SelftestIdentity || strings.HasPrefix(id, ProbeIdentityPrefix)
 }
+
+// CanaryToken in selftest.canary_name or canary_url stands for each
+// identity's canary token (selftest/plan.CanaryToken).
+const CanaryToken = "{token}"

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -255,6 +256,16 @@ func (r *runner) canaryLog(ctx context.Context) outcome {
 	}
 	if strings.Contains(string(b), r.token) {
 		return leak("token found", "the canary server logged this run's canary request: it got out")
+	}
+	var who []string
+	for id, tok := range r.c.CanaryTokens {
+		if strings.Contains(string(b), tok) {
+			who = append(who, id+" (token "+tok+")")
+		}
+	}
+	if len(who) > 0 {
+		slices.Sort(who)
+		return leak("identity token found", "the canary server logged the canary of "+strings.Join(who, ", ")+": that sandbox's canary got out")
 	}
 	return pass("token absent")
 }

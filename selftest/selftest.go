@@ -91,6 +91,10 @@ type Config struct {
 	// not through the proxy); a body that contains the canary token means
 	// the request arrived: a leak.
 	CanaryLog string
+	// CanaryTokens are every identity's canary token (identity → token),
+	// when the canary name or URL carries one: the canary-log probe
+	// reports a leak naming each identity whose token the log holds.
+	CanaryTokens map[string]string
 	// Unlisted is a host:port no rule covers; a CONNECT to it must be
 	// refused. Empty: the probe is skipped.
 	Unlisted string

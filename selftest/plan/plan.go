@@ -7,7 +7,9 @@ package plan
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -88,6 +90,30 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 		}
 	}
 	c.Refused = refusedRequests(p)
+	// every identity's canary token, for the canary-log probe
+	if strings.Contains(st.CanaryName+st.CanaryURL, policy.CanaryToken) {
+		c.CanaryTokens = map[string]string{policy.SelftestIdentity: CanaryToken(policy.SelftestIdentity)}
+		for _, id := range p.Identities {
+			c.CanaryTokens[id.Name] = CanaryToken(id.Name)
+		}
+	}
+	return ForIdentity(c, policy.SelftestIdentity)
+}
+
+// CanaryToken is identity's canary token: a short hash, stable across
+// runs and restarts, so the canary server's log names the sandbox whose
+// canary got out without carrying the identity's name out with it.
+func CanaryToken(identity string) string {
+	h := sha256.Sum256([]byte("egressd-canary\x00" + identity))
+	return hex.EncodeToString(h[:6])
+}
+
+// ForIdentity fills the {token} of the canary name and URL with
+// identity's canary token.
+func ForIdentity(c selftest.Config, identity string) selftest.Config {
+	tok := CanaryToken(identity)
+	c.CanaryName = strings.ReplaceAll(c.CanaryName, policy.CanaryToken, tok)
+	c.CanaryURL = strings.ReplaceAll(c.CanaryURL, policy.CanaryToken, tok)
 	return c
 }
 

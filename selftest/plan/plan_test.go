@@ -119,3 +119,38 @@ func TestDeriveNoSplicedHost(t *testing.T) {
 		t.Errorf("with a * rule: unlisted %q, SNI host %q; want none", c.Unlisted, c.SNIHost)
 	}
 }
+
+// TestCanaryTokens: {token} in the canary name and URL becomes each
+// identity's own token: the self-test's in its own config, every
+// identity's in CanaryTokens for the canary-log probe, all distinct.
+func TestCanaryTokens(t *testing.T) {
+	p := mustPolicy(t, `version: 1
+identities:
+  - name: agent-a
+    cidrs: [198.51.100.2/32]
+  - name: agent-b
+    cidrs: [198.51.100.3/32]
+selftest:
+  canary_name: "{token}.canary.example.net"
+  canary_url: "http://{token}.canary.example.net/c"
+`)
+	c := Derive(p, nil)
+	self := CanaryToken(policy.SelftestIdentity)
+	if c.CanaryName != self+".canary.example.net" || c.CanaryURL != "http://"+self+".canary.example.net/c" {
+		t.Errorf("self-test canary: %q %q", c.CanaryName, c.CanaryURL)
+	}
+	a, b := CanaryToken("agent-a"), CanaryToken("agent-b")
+	if a == b || a == self || c.CanaryTokens["agent-a"] != a || c.CanaryTokens["agent-b"] != b || len(a) != 12 {
+		t.Errorf("tokens: self %s a %s b %s, map %v", self, a, b, c.CanaryTokens)
+	}
+	raw := c
+	raw.CanaryName, raw.CanaryURL = p.Selftest.CanaryName, p.Selftest.CanaryURL
+	if got := ForIdentity(raw, "agent-b"); got.CanaryName != b+".canary.example.net" {
+		t.Errorf("agent-b's canary: %q", got.CanaryName)
+	}
+	// without {token}: no per-identity tokens, the name as written
+	c = Derive(mustPolicy(t, "version: 1\nselftest:\n  canary_name: canary.example.net\n"), nil)
+	if c.CanaryName != "canary.example.net" || c.CanaryTokens != nil {
+		t.Errorf("plain canary: %q %v", c.CanaryName, c.CanaryTokens)
+	}
+}
