@@ -79,8 +79,8 @@ type probes struct {
 	// the canary name and URL with {token} unfilled: each identity gets
 	// its own token
 	canaryName, canaryURL string
-	log   *slog.Logger
-	save  func(ProbeResult) error
+	log                   *slog.Logger
+	save                  func(ProbeResult) error
 
 	lastTime *prometheus.Desc
 	outcome  *prometheus.Desc
