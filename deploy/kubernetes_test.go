@@ -265,6 +265,18 @@ func checkManifests(files map[string]string) []error {
 		return nil
 	}
 
+	// The probe DaemonSet (optional/) is a sandbox like any other: no host
+	// network, no capability, running `egressd probe --every`.
+	var egressdDS []*object
+	for _, o := range byKind["DaemonSet"] {
+		if o.Metadata.Namespace != "egressd" {
+			errs = append(errs, checkProbeDaemonSet(o)...)
+			continue
+		}
+		egressdDS = append(egressdDS, o)
+	}
+	byKind["DaemonSet"] = egressdDS
+
 	// DaemonSet
 	dso := one("DaemonSet")
 	if dso == nil {
@@ -657,4 +669,29 @@ func TestKubernetesChecksFail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkProbeDaemonSet checks a DaemonSet outside egressd's namespace: only
+// the in-sandbox probe belongs there, and it must be wired and confined
+// like a sandbox pod, or it proves nothing about them.
+func checkProbeDaemonSet(o *object) []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(o.file+": "+format, a...)) }
+	var ds daemonSet
+	if err := o.node.Decode(&ds); err != nil {
+		return []error{err}
+	}
+	pod := ds.Spec.Template.Spec
+	if pod.HostNetwork {
+		bad("the probe DaemonSet uses hostNetwork: it would probe from the node, not from where the sandboxes are")
+	}
+	for _, c := range pod.Containers {
+		if len(c.Args) < 1 || c.Args[0] != "probe" || !slices.Contains(c.Args, "--every") {
+			bad("container %s does not run `egressd probe --every`", c.Name)
+		}
+		if c.SecurityContext == nil || !slices.Contains(c.SecurityContext.Capabilities.Drop, "ALL") || len(c.SecurityContext.Capabilities.Add) > 0 {
+			bad("container %s must drop ALL capabilities and add none: a sandbox has none", c.Name)
+		}
+	}
+	return errs
 }
