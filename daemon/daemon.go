@@ -72,6 +72,8 @@ type Options struct {
 	ProxyListener net.Listener
 	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
 	ProxyConfig proxy.Config
+	// Collectors are registered on /metrics too (the walls' counters).
+	Collectors []prometheus.Collector
 	// AlertWebhook, when set, replaces the policy's alerts.webhook.
 	AlertWebhook string
 	// ProbeResult records an in-sandbox probe's result (the history);
@@ -131,6 +133,7 @@ func New(opt Options) (*Daemon, error) {
 	d.probes = newProbes(d.log.With("component", "probe"), opt.ProbeResult)
 	d.probes.setPolicy(p)
 	d.reg.MustRegister(d.probes)
+	d.reg.MustRegister(opt.Collectors...)
 	d.alerts = newAlerter(d.log.With("component", "alerts"), func() (string, time.Duration) {
 		a := d.Policy().Alerts
 		if opt.AlertWebhook != "" {

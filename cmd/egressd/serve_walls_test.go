@@ -156,6 +156,11 @@ allow:
 		r.Body.Close()
 		metrics = string(b)
 	}
+	// the walls' counters are on /metrics too: the direct attempts above
+	// were dropped and counted
+	if !strings.Contains(metrics, "egressd_walls_readable 1") || !strings.Contains(metrics, `egressd_walls_packets_total{counter="drop_fwd"}`) {
+		t.Errorf("walls counters not exported: %q %q", grepLine(metrics, "egressd_walls_readable"), grepLine(metrics, "egressd_walls_packets_total"))
+	}
 	if !strings.Contains(metrics, "egressd_walls_drift_total 1") && !strings.Contains(metrics, "egressd_walls_drift_total 2") {
 		t.Errorf("drift metric: %q", grepLine(metrics, "egressd_walls_drift_total"))
 	}

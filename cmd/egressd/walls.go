@@ -82,6 +82,7 @@ func wireWalls(opt *daemon.Options) {
 		return err
 	}
 	opt.WallsCheck = ensure
+	opt.Collectors = append(opt.Collectors, nft.NewCollector(nft.CurrentNamespace, nft.DefaultTable))
 }
 
 func appendAddr(l []netip.Addr, a netip.Addr) []netip.Addr {
