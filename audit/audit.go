@@ -59,11 +59,13 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/egressd/egressd/event"
 )
 
 // DecisionMsg is the message of the records the Handler writes to the audit
-// log: the proxy's canonical decision line.
-const DecisionMsg = "decision"
+// log: the proxy's canonical decision line (package event's schema).
+const DecisionMsg = event.Msg
 
 // MaxLineBytes bounds one audit line. A record that would be longer is
 // written as a stub naming its size, and Verify refuses longer lines.

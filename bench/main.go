@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command bench runs egressd side by side with Squid, tinyproxy and
 // smokescreen on 127.0.0.1 and prints one Markdown table per run, then the
 // egressd-only scale runs (10,000 idle tunnels; a 1,000,000-host policy).

@@ -121,7 +121,7 @@ func New(opt Options) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry()}
-	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
@@ -234,12 +234,14 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- d.admin.Serve(al) }()
 	}
-	d.log.Info("serving", "proxy", d.proxyAddr, "dns", d.dnsAddr, "admin", d.adminAddr, "config", p.Source, "rules", len(p.Rules))
 	if d.opt.Walls != nil {
 		if err := d.opt.Walls(ctx, p); err != nil {
 			return fmt.Errorf("apply walls: %w", err)
 		}
 	}
+	// "serving" is a readiness signal (tests and supervisors wait for it):
+	// every listener is bound and the walls, if managed, are in place.
+	d.log.Info("serving", "proxy", d.proxyAddr, "dns", d.dnsAddr, "admin", d.adminAddr, "config", p.Source, "rules", len(p.Rules))
 	if started != nil {
 		close(started)
 	}
@@ -306,10 +308,14 @@ func (d *Daemon) boot(ctx context.Context) {
 		d.log.Warn(noSelftestWarning)
 		d.setStatus(noSelftestWarning)
 		d.ready.Store(true)
-		return
+	} else {
+		d.setReadiness(d.verify(ctx, "boot", d.Policy()))
 	}
-	v := d.verify(ctx, "boot", d.Policy())
-	d.setReadiness(v)
+	// "ready" is the readiness signal tests and supervisors wait for: from
+	// here the proxy lets allowed traffic through.
+	if ok, why := d.Ready(); ok {
+		d.log.Info("ready", "status", why)
+	}
 }
 
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {

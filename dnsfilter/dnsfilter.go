@@ -38,7 +38,9 @@ type Config struct {
 	// Policy returns the policy in force. It is called once per query, so a
 	// reload (an atomic.Pointer swap) applies from the next query on.
 	Policy func() *policy.Policy
-	// Logger gets one line per query. Nil: logs are discarded.
+	// Logger gets one line per query. Nil: logs are discarded. The caller
+	// names the component (egressd's wiring adds component=dns): this
+	// package adds no key of its own, so none appears twice.
 	Logger *slog.Logger
 	// Dial opens a connection to an upstream resolver; network is "udp" or
 	// "tcp". Nil: a net.Dialer in the caller's network namespace.
@@ -62,6 +64,10 @@ type Server struct {
 
 	queries *prometheus.CounterVec // by result
 	refused *prometheus.CounterVec // names answered NXDOMAIN by policy, by identity
+	// budget counts the distinct names each identity resolves under each
+	// wildcard rule; overBudget counts the names it refused, by identity.
+	budget     policy.NameBudget
+	overBudget *prometheus.CounterVec
 
 	mu        sync.Mutex
 	closed    bool
@@ -98,6 +104,12 @@ const (
 	resultFormErr     = "formerr"     // not exactly one question
 	resultNotImp      = "notimp"      // opcode other than QUERY, or class other than IN
 	resultIgnored     = "ignored"     // a response, not a query: never answered
+)
+
+// Reasons of NXDOMAIN answers for names a rule covers.
+const (
+	reasonWildcardBudget = "wildcard-budget" // a new name past the identity's budget under that wildcard
+	reasonExactOnly      = "exact-only"      // limits.dns_exact_only: only names a rule lists exactly
 )
 
 var allResults = []string{resultAnswered, resultFiltered, resultNoData, resultNXDomain, resultRateLimited,
@@ -138,11 +150,14 @@ func New(c Config) (*Server, error) {
 			Name: "egressd_dns_refused_names_total",
 			Help: "DNS queries for names the policy refuses (NXDOMAIN), by client identity (\"unknown\" when none matches): a DNS exfiltration signal.",
 		}, []string{"identity"}),
+		overBudget: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_dns_wildcard_budget_refused_total",
+			Help: "New names under a wildcard rule refused (NXDOMAIN) because the identity spent its budget of distinct names (limits.dns_wildcard_names per hour): a DNS exfiltration signal.",
+		}, []string{"identity"}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.log = s.log.With("component", "dnsfilter")
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
@@ -153,7 +168,7 @@ func New(c Config) (*Server, error) {
 		s.queries.WithLabelValues(r)
 	}
 	if c.Registerer != nil {
-		for _, col := range []prometheus.Collector{s.queries, s.refused} {
+		for _, col := range []prometheus.Collector{s.queries, s.refused, s.overBudget} {
 			if err := c.Registerer.Register(col); err != nil {
 				return nil, fmt.Errorf("dnsfilter: register metrics: %w", err)
 			}
@@ -175,6 +190,7 @@ type entry struct {
 	rtt      time.Duration
 	answers  int
 	dropped  int
+	quiet    bool // a refusal already reported once at warning: log at info
 }
 
 // ServeDNS answers one query. It implements dns.Handler.
@@ -252,6 +268,21 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		return
 	}
 	e.rule = rule.Name
+	switch v, wildcard, first := s.budget.Allow(p, e.identity, name, time.Now()); v {
+	case policy.NameExactOnly:
+		s.deny(w, r, e, reasonExactOnly)
+		return
+	case policy.NameOverBudget:
+		s.overBudget.WithLabelValues(identityLabel(e.identity)).Inc()
+		if first {
+			s.log.Warn("dns wildcard budget spent: new names under this wildcard get NXDOMAIN for the rest of the hour",
+				slog.String(logIdentity, e.identity), slog.String("wildcard", wildcard), slog.String(logRule, rule.Name),
+				slog.Int("budget", p.Limits.DNSWildcardNames))
+		}
+		e.quiet = true // the warning above said it once
+		s.deny(w, r, e, reasonWildcardBudget)
+		return
+	}
 	if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA {
 		// An allowed name gets an empty NOERROR for every other type (TXT,
 		// MX, SRV, ANY, NULL, ...): no data comes back through records the
@@ -299,12 +330,15 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 // misbehaving", while NXDOMAIN is a final, clear "no such host".
 func (s *Server) deny(w dns.ResponseWriter, r *dns.Msg, e *entry, reason string) {
 	e.result, e.reason = resultNXDomain, reason
-	id := e.identity
-	if id == "" {
-		id = "unknown"
-	}
-	s.refused.WithLabelValues(id).Inc()
+	s.refused.WithLabelValues(identityLabel(e.identity)).Inc()
 	s.reply(w, r, dns.RcodeNameError, nil)
+}
+
+func identityLabel(id string) string {
+	if id == "" {
+		return "unknown"
+	}
+	return id
 }
 
 // reply writes a response to r with rcode and answer. Only the answer
@@ -345,6 +379,9 @@ func (s *Server) logQuery(e *entry, extra ...slog.Attr) {
 		level = slog.LevelError
 	case resultNXDomain, resultFiltered, resultRateLimited, resultFormErr, resultNotImp, resultIgnored:
 		level = slog.LevelWarn
+	}
+	if e.quiet {
+		level = slog.LevelInfo
 	}
 	if !s.log.Enabled(context.Background(), level) {
 		return

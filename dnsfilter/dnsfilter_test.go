@@ -1203,3 +1203,23 @@ func FuzzServeDNS(f *testing.F) {
 		}
 	})
 }
+
+// TestLogComponentOnce: with the caller's component key (egressd's wiring
+// adds component=dns), a query's log line carries "component" once.
+func TestLogComponentOnce(t *testing.T) {
+	var buf bytes.Buffer
+	s, err := New(Config{
+		Policy: func() *policy.Policy { return parsePolicy(t, nil, 1000) },
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil)).With("component", "dns"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("exfil.example.", dns.TypeA)
+	s.ServeDNS(newRecorder(agent, false), q)
+	line, _, _ := strings.Cut(buf.String(), "\n")
+	if n := strings.Count(line, `"component":`); n != 1 || !strings.Contains(line, `"component":"dns"`) {
+		t.Errorf("log line has %d component keys, want one (dns): %s", n, line)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/sandbox"
 	"github.com/google/nftables"
 )
@@ -52,8 +53,8 @@ func newNS(t testing.TB) (int, string) {
 			t.Errorf("delete namespace %s: %v", ns.Name(), err)
 		}
 	})
-	if root, err := sandbox.RootCookie(); err != nil || ns.Cookie() == root || ns.Fd() <= 0 {
-		t.Fatalf("namespace %s: cookie %d, fd %d; root cookie %d (%v)", ns.Name(), ns.Cookie(), ns.Fd(), root, err)
+	if root := testnet.RootCookie(t); ns.Cookie() == root || ns.Fd() <= 0 {
+		t.Fatalf("namespace %s: cookie %d, fd %d; root cookie %d", ns.Name(), ns.Cookie(), ns.Fd(), root)
 	}
 	return ns.Fd(), ns.Name()
 }

@@ -150,7 +150,7 @@ func ClassifyAddr(a netip.Addr) AddrInfo {
 	if ei.Class == ClassPublic {
 		// A public IPv4 behind NAT64/6to4/Teredo is reachable like any
 		// public address; keep the IPv6 block's class only if it is worse.
-		if !compatV4.Contains(a) {
+		if nat64WKP.Contains(a) || nat64Local.Contains(a) || sixToFour.Contains(a) || teredo.Contains(a) {
 			own = AddrInfo{} // NAT64 and Teredo sit inside reserved blocks; their payload decides
 		}
 		own.Embedded = emb
@@ -182,6 +182,10 @@ func embeddedV4(a netip.Addr) (netip.Addr, bool) {
 	case teredo.Contains(a):
 		// RFC 4380: the client's public IPv4 is the last 32 bits inverted.
 		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}), true
+	case b[8]&^0x02 == 0 && b[9] == 0 && b[10] == 0x5e && b[11] == 0xfe:
+		// ISATAP (RFC 5214): an interface id of [02]00:5efe:a.b.c.d under
+		// any /64 tunnels to a.b.c.d.
+		return netip.AddrFrom4([4]byte(b[12:16])), true
 	}
 	return netip.Addr{}, false
 }

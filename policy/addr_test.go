@@ -93,6 +93,11 @@ func TestClassifyAddr(t *testing.T) {
 		{"2002:101:101::", ClassPublic},
 		{"2001:0:4136:e378:8000:63bf:5601:5601", ClassHighRisk}, // Teredo, client 169.254.169.254
 		{"2001:0:4136:e378:8000:63bf:a247:28f1", ClassPublic},   // Teredo, client 93.184.215.14
+		{"2600::5efe:a9fe:a9fe", ClassHighRisk},                 // ISATAP, 169.254.169.254
+		{"2600::200:5efe:a9fe:a9fe", ClassHighRisk},
+		{"2600::5efe:7f00:1", ClassLoopback},
+		{"2600::5efe:808:808", ClassPublic},
+		{"fe80::5efe:808:808", ClassLinkLocal}, // a public payload keeps the block's class
 		{"2001:2::1", ClassBenchmark},
 		{"2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", ClassPublic},
 		{"2001:db8::", ClassDocumentation},

@@ -3,9 +3,11 @@ package policy
 import (
 	"bytes"
 	"fmt"
+	"github.com/egressd/egressd/policy/classify"
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +36,15 @@ const (
 	defaultIdleTimeout      = 5 * time.Minute
 	defaultDialTimeout      = 10 * time.Second
 	defaultMirrorBodyBytes  = 1 << 20
+	// defaultReadHeadBytes: a browser's or API client's headers without
+	// large cookies stay under 2 KiB.
+	defaultReadHeadBytes = 4 << 10
+	// defaultQueryBytes: search, paging and filter queries of real reads
+	// stay well under 1 KiB (see policy/classify/testdata/corpus.txt).
+	defaultQueryBytes = 2 << 10
+	// defaultDNSWildcardNames: distinct names one identity may resolve
+	// under one wildcard rule per hour (a CDN or docs site uses a handful).
+	defaultDNSWildcardNames = 256
 	defaultDNSQPS           = 50
 )
 
@@ -56,6 +67,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 		Transparent:     c.hostPort(raw.Listen.Transparent, "listen.transparent", ""),
 		TransparentHTTP: c.hostPort(raw.Listen.TransparentHTTP, "listen.transparent_http", ""),
 	}
+	c.distinctListeners(p.Listen, &raw.Listen)
 	for i, u := range raw.Resolver.Upstreams {
 		if ap, ok := c.addrPort(u, fmt.Sprintf("resolver.upstreams[%d]", i), 53); ok {
 			p.Resolver.Upstreams = append(p.Resolver.Upstreams, ap)
@@ -98,6 +110,39 @@ func (c *compiler) hostPort(v at[string], field, def string) string {
 	}
 	return v.V
 }
+
+// distinctListeners refuses two listen addresses that would bind the same
+// TCP port (every listener has a TCP socket: dns serves TCP too).
+func (c *compiler) distinctListeners(l Listen, raw *rawListen) {
+	type listener struct {
+		addr  string // with the default applied
+		line  int    // 0: the default
+		field string
+	}
+	var seen []listener
+	for _, cur := range []listener{{l.Proxy, raw.Proxy.Line, "listen.proxy"}, {l.DNS, raw.DNS.Line, "listen.dns"},
+		{l.Admin, raw.Admin.Line, "listen.admin"}, {l.Transparent, raw.Transparent.Line, "listen.transparent"},
+		{l.TransparentHTTP, raw.TransparentHTTP.Line, "listen.transparent_http"}} {
+		h, port, err := net.SplitHostPort(cur.addr)
+		if err != nil || port == "0" { // unset, or reported by hostPort; 0 picks a free port
+			continue
+		}
+		for _, prev := range seen {
+			ph, pport, _ := net.SplitHostPort(prev.addr)
+			if pport == port && (ph == h || isWildcard(ph) || isWildcard(h)) {
+				this, other := cur, prev
+				if this.line == 0 { // name the line the user wrote
+					this, other = prev, cur
+				}
+				c.errf(this.line, this.field, "%q: %s (%q) listens there too: give each listener its own address", this.addr, other.field, other.addr)
+			}
+		}
+		seen = append(seen, cur)
+	}
+}
+
+// isWildcard reports whether a listen host binds every address.
+func isWildcard(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 
 func (c *compiler) addrPort(v at[string], field string, defPort uint16) (netip.AddrPort, bool) {
 	if a, err := netip.ParseAddr(v.V); err == nil && defPort != 0 {
@@ -149,7 +194,7 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		}
 		t, ok := ParsePageType(strings.ToLower(s.V))
 		if !ok {
-			c.errf(s.Line, fmt.Sprintf("%s.pages[%d]", f, j), "unknown page type %q: one of %s, or \"*\" for any", s.V, strings.Join(pageTypeNames[:], ", "))
+			c.errf(s.Line, fmt.Sprintf("%s.pages[%d]", f, j), "unknown page type %q: one of %s, or \"*\" for any", s.V, strings.Join(classify.PageTypeNames(), ", "))
 			continue
 		}
 		r.Pages = r.Pages.With(t)
@@ -172,7 +217,7 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 	if rr.Mirror.V != "" {
 		m, ok := ParseMirror(rr.Mirror.V)
 		if !ok {
-			c.errf(rr.Mirror.Line, f+".mirror", "unknown mirror %q: one of %s", rr.Mirror.V, strings.Join(mirrorNames[1:], ", "))
+			c.errf(rr.Mirror.Line, f+".mirror", "unknown mirror %q: one of %s", rr.Mirror.V, strings.Join(classify.MirrorNames(), ", "))
 		}
 		r.Mirror = m
 		if len(rr.Pages)+len(rr.Methods)+len(rr.Paths) > 0 {
@@ -185,6 +230,17 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 			break
 		}
 		r.MirrorOp.ModulePrefixes = append(r.MirrorOp.ModulePrefixes, s.V)
+	}
+	for j, s := range rr.ReadPosts {
+		if !slices.Contains(classify.ReadPostNames(), s.V) {
+			c.errf(s.Line, fmt.Sprintf("%s.read_posts[%d]", f, j), "unknown read-only POST %q: one of %s", s.V, strings.Join(classify.ReadPostNames(), ", "))
+			continue
+		}
+		if r.Mirror != MirrorNone {
+			c.errf(s.Line, fmt.Sprintf("%s.read_posts[%d]", f, j), "a mirror rule takes no read_posts: its grammar names the reads it allows")
+			break
+		}
+		r.ReadPosts = append(r.ReadPosts, s.V)
 	}
 	if rr.TLS != nil {
 		r.TLS = rr.TLS.V
@@ -232,6 +288,10 @@ func (c *compiler) hostPattern(v at[string], field string, star bool) (string, b
 		}
 		return s, true
 	}
+	if hint := hostHint(s); hint != "" {
+		c.errf(v.Line, field, "%q: %s", s, hint)
+		return "", false
+	}
 	wild := strings.HasPrefix(s, "*.")
 	name := strings.TrimPrefix(s, "*.")
 	if strings.Contains(name, "*") {
@@ -255,6 +315,27 @@ func (c *compiler) hostPattern(v at[string], field string, star bool) (string, b
 		return "*." + n, true
 	}
 	return n, true
+}
+
+// hostHint explains a hosts entry written as a URL or with a port, the
+// two ways people write a host that is not one; "" for anything else.
+func hostHint(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Host != "" {
+		hint := fmt.Sprintf("hosts take a host name, not a URL: write %q", u.Hostname())
+		if u.Port() != "" {
+			hint += fmt.Sprintf(" with ports: [%s]", u.Port())
+		}
+		if p := strings.TrimSuffix(u.Path, "/"); p != "" {
+			hint += fmt.Sprintf(", and paths: [%q] to limit the path", p+"/*")
+		}
+		return hint
+	}
+	if h, port, err := net.SplitHostPort(s); err == nil && h != "" {
+		if _, err := strconv.ParseUint(port, 10, 16); err == nil {
+			return fmt.Sprintf("hosts take no port: write %q and ports: [%s]", h, port)
+		}
+	}
+	return ""
 }
 
 func trimBadTarget(err error) string {
@@ -541,6 +622,17 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 		DialTimeout:      c.duration(l.DialTimeout, "limits.dial_timeout", defaultDialTimeout),
 		MirrorBodyBytes:  defaultMirrorBodyBytes,
 		DNSQueriesPerSec: pos(l.DNSQueriesPerSec, "limits.dns_queries_per_second", defaultDNSQPS),
+		ReadHeadBytes:    pos(l.ReadHeadBytes, "limits.read_head_bytes", defaultReadHeadBytes),
+		QueryBytes:       pos(l.QueryBytes, "limits.query_bytes", defaultQueryBytes),
+		DNSWildcardNames: defaultDNSWildcardNames,
+		DNSExactOnly:     l.DNSExactOnly.V,
+	}
+	if l.DNSWildcardNames.Line != 0 {
+		if l.DNSWildcardNames.V < 0 {
+			c.errf(l.DNSWildcardNames.Line, "limits.dns_wildcard_names", "%d: must be 0 (no budget) or positive", l.DNSWildcardNames.V)
+		} else {
+			p.Limits.DNSWildcardNames = l.DNSWildcardNames.V
+		}
 	}
 	if l.MirrorBodyBytes.Line != 0 {
 		if l.MirrorBodyBytes.V <= 0 {

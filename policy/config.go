@@ -69,6 +69,7 @@ type rawRule struct {
 	Paths          []at[string] `yaml:"paths"`
 	Mirror         at[string]   `yaml:"mirror"`
 	ModulePrefixes []at[string] `yaml:"module_prefixes"`
+	ReadPosts      []at[string] `yaml:"read_posts"`
 	TLS            *at[bool]    `yaml:"tls"`
 }
 
@@ -114,6 +115,10 @@ type rawLimits struct {
 	DialTimeout      at[string] `yaml:"dial_timeout"`
 	MirrorBodyBytes  at[int64]  `yaml:"mirror_body_bytes"`
 	DNSQueriesPerSec at[int]    `yaml:"dns_queries_per_second"`
+	ReadHeadBytes    at[int]    `yaml:"read_head_bytes"`
+	QueryBytes       at[int]    `yaml:"query_bytes"`
+	DNSWildcardNames at[int]    `yaml:"dns_wildcard_names"`
+	DNSExactOnly     at[bool]   `yaml:"dns_exact_only"`
 }
 
 // ConfigError is one problem in a config file, located by file, line and
@@ -185,11 +190,11 @@ func Parse(r io.Reader, name string) (*Policy, error) {
 		}
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return nil, yamlErrors(name, err)
+			return nil, yamlErrors(name, data, err)
 		}
 		// A type error still decodes the rest: report it and keep checking,
 		// so one run shows every problem.
-		c.errs = yamlErrors(name, err)
+		c.errs = yamlErrors(name, data, err)
 	} else {
 		var extra yaml.Node
 		if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -215,9 +220,10 @@ var sectionOf = map[string]string{
 	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits", "Alerts": "alerts",
 }
 
-// yamlErrors turns yaml.v3's messages into file:line errors, naming unknown
-// keys by the section they appeared in.
-func yamlErrors(file string, err error) ConfigErrors {
+// yamlErrors turns yaml.v3's messages into file:line errors with the field
+// path (with rule indexes), a suggestion for a mistyped key, and the shape
+// a mistyped value should have (configerr.go).
+func yamlErrors(file string, data []byte, err error) ConfigErrors {
 	var msgs []string
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
@@ -225,6 +231,8 @@ func yamlErrors(file string, err error) ConfigErrors {
 	} else {
 		msgs = []string{err.Error()}
 	}
+	var doc yaml.Node
+	yaml.Unmarshal(data, &doc) // best effort: a syntax error leaves it empty
 	var out ConfigErrors
 	for _, m := range msgs {
 		e := &ConfigError{File: file, Msg: strings.TrimPrefix(m, "yaml: ")}
@@ -232,9 +240,24 @@ func yamlErrors(file string, err error) ConfigErrors {
 			fmt.Sscan(sm[1], &e.Line)
 			e.Msg = sm[2]
 		}
+		path, leaf := "", (*yaml.Node)(nil)
+		if e.Line > 0 {
+			path, leaf = pathAt(&doc, e.Line)
+		}
 		if um := yamlUnknownRE.FindStringSubmatch(e.Msg); um != nil {
 			e.Field = sectionOf[um[2]]
+			if p, ok := strings.CutSuffix(path, "."+um[1]); ok {
+				e.Field = p
+			} else if path == um[1] {
+				e.Field = "top level"
+			}
 			e.Msg = fmt.Sprintf("unknown key %q", um[1])
+			if s := suggest(um[1], knownKeys(rawTypes[um[2]])); s != "" {
+				e.Msg += fmt.Sprintf(": did you mean %q?", s)
+			}
+		} else if tm := unmarshalRE.FindStringSubmatch(e.Msg); tm != nil && path != "" {
+			e.Field = path
+			e.Msg = typeHint(tm[1], tm[3], leaf)
 		}
 		out = append(out, e)
 	}

@@ -15,7 +15,21 @@ func TestParseErrors(t *testing.T) {
 		{"missing version", "allow: []\n", "test.yaml:1: version: missing"},
 		{"bad version", "version: 2\n", "test.yaml:1: version: unsupported version 2"},
 		{"unknown top key", "version: 1\nalow: []\n", "test.yaml:2: top level: unknown key \"alow\""},
-		{"unknown rule key", "version: 1\nallow:\n  - name: a\n    hosts: [a.com]\n    host: b.com\n", "test.yaml:5: allow[]: unknown key \"host\""},
+		{"unknown rule key", "version: 1\nallow:\n  - name: a\n    hosts: [a.com]\n    host: b.com\n", "test.yaml:5: allow[0]: unknown key \"host\": did you mean \"hosts\"?"},
+		{"typo names the rule index", "version: 1\nallow:\n  - name: a\n    hosts: [a.com]\n  - name: b\n    hosts: [b.com]\n    mirorr: pypi\n", "test.yaml:7: allow[1]: unknown key \"mirorr\": did you mean \"mirror\"?"},
+		{"typo in a section", "version: 1\nselftest:\n  canary-url: http://x.test/\n", "test.yaml:3: selftest: unknown key \"canary-url\": did you mean \"canary_url\"?"},
+		{"typo at top level", "version: 1\nalow: []\n", "did you mean \"allow\"?"},
+		{"no suggestion for a stranger", "version: 1\nallow:\n  - hosts: [a.com]\n    colour: red\n", "test.yaml:4: allow[0]: unknown key \"colour\"\n"},
+		{"a string where a list goes", "version: 1\nallow:\n  - hosts: [a.com]\n  - hosts: pypi.org\n", "test.yaml:4: allow[1].hosts: want a list, e.g. [pypi.org]"},
+		{"a number where a list goes", "version: 1\nallow:\n  - hosts: [a.com]\n    ports: 443\n", "test.yaml:4: allow[0].ports: want a list, e.g. [443]"},
+		{"a list where a value goes", "version: 1\nallow:\n  - hosts: [a.com]\n    mirror: [pypi]\n", "test.yaml:4: allow[0].mirror: want a single value, not a list"},
+		{"a word where a number goes", "version: 1\nlimits:\n  conns_per_identity: many\n", "test.yaml:3: limits.conns_per_identity: want a whole number, not a string"},
+		{"a URL as a host", "version: 1\nallow:\n  - hosts: [\"https://pypi.org/simple\"]\n", "test.yaml:3: allow[0].hosts[0]: \"https://pypi.org/simple\": hosts take a host name, not a URL: write \"pypi.org\", and paths: [\"/simple/*\"] to limit the path"},
+		{"a URL with a port as a host", "version: 1\nallow:\n  - hosts: [\"http://a.example:8080/\"]\n", "hosts take a host name, not a URL: write \"a.example\" with ports: [8080]"},
+		{"host:port as a host", "version: 1\nallow:\n  - hosts: [\"pypi.org:443\"]\n", "test.yaml:3: allow[0].hosts[0]: \"pypi.org:443\": hosts take no port: write \"pypi.org\" and ports: [443]"},
+		{"two listeners on one address", "version: 1\nlisten:\n  proxy: 127.0.0.1:3128\n  admin: 127.0.0.1:3128\n", "test.yaml:4: listen.admin: \"127.0.0.1:3128\": listen.proxy (\"127.0.0.1:3128\") listens there too"},
+		{"a listener on the default proxy address", "version: 1\nlisten:\n  dns: 127.0.0.1:3128\n", "test.yaml:3: listen.dns: \"127.0.0.1:3128\": listen.proxy (\"127.0.0.1:3128\") listens there too"},
+		{"a wildcard listener over another", "version: 1\nlisten:\n  proxy: 127.0.0.1:8000\n  transparent: 0.0.0.0:8000\n", "test.yaml:4: listen.transparent: \"0.0.0.0:8000\": listen.proxy"},
 		{"wildcard tld", "version: 1\nallow:\n  - hosts: [example.org, \"*.com\"]\n", "test.yaml:3: allow[0].hosts[1]: \"*.com\": a wildcard must cover a whole label under a registrable domain"},
 		{"wildcard public suffix", "version: 1\nallow:\n  - hosts: [\"*.co.uk\"]\n", "allow[0].hosts[0]: \"*.co.uk\": a wildcard must cover"},
 		{"wildcard middle", "version: 1\nallow:\n  - hosts: [\"a.*.example.com\"]\n", "test.yaml:3: allow[0].hosts[0]: \"a.*.example.com\": a wildcard is allowed only as the whole first label"},
@@ -29,7 +43,7 @@ func TestParseErrors(t *testing.T) {
 		{"tls false needs host-only", "version: 1\nallow:\n  - hosts: [git.example.com]\n    ports: [22]\n    tls: false\n", "test.yaml:5: allow[0].tls: tls: false tunnels raw TCP"},
 		{"empty rule", "version: 1\nallow:\n  - name: nothing\n", "test.yaml:3: allow[0]: rule \"nothing\" names no hosts and no cidrs"},
 		{"duplicate name", "version: 1\nallow:\n  - name: a\n    hosts: [a.com]\n  - name: a\n    hosts: [b.com]\n", "test.yaml:5: allow[1].name: duplicate rule name \"a\""},
-		{"type error", "version: 1\nallow:\n  - hosts: a.com\n", "test.yaml:3: cannot unmarshal"},
+		{"type error", "version: 1\nallow:\n  - hosts: a.com\n", "test.yaml:3: allow[0].hosts: want a list, e.g. [a.com]"},
 		{"selftest v6", "version: 1\nselftest:\n  ipv6: [93.184.215.14:443]\n", "test.yaml:3: selftest.ipv6[0]: \"93.184.215.14:443\": ipv6 probes need an IPv6 address"},
 		{"selftest interval", "version: 1\nselftest:\n  interval: soon\n", "test.yaml:3: selftest.interval: \"soon\": want a positive duration"},
 		{"listen name", "version: 1\nlisten:\n  proxy: proxy.local:3128\n", "test.yaml:3: listen.proxy: \"proxy.local:3128\": listen on an address"},
@@ -49,10 +63,38 @@ func TestParseErrors(t *testing.T) {
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %T is not ConfigErrors: %v", err, err)
 			}
-			if !strings.Contains(err.Error(), tt.want) {
+			if !strings.Contains(err.Error()+"\n", tt.want) {
 				t.Errorf("got error\n%v\nwant it to contain\n%s", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestListenersMayShareAPortOnDifferentAddresses: distinct addresses, or
+// port 0, are not a conflict.
+func TestListenersMayShareAPortOnDifferentAddresses(t *testing.T) {
+	cfg := "version: 1\nlisten:\n  proxy: 127.0.0.1:3128\n  transparent: 127.0.0.2:3128\n  dns: 127.0.0.1:0\n  admin: 127.0.0.1:0\n"
+	if _, err := Parse(strings.NewReader(cfg), "test.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWarnings: a config without a positive control or a canary is valid
+// but warned about; the default config is not.
+func TestWarnings(t *testing.T) {
+	p, err := Parse(strings.NewReader("version: 1\nallow:\n  - hosts: [a.example]\n"), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(p.Warnings(), "\n"); !strings.Contains(w, "expect_reachable is empty") || !strings.Contains(w, "no canary_name or canary_url") {
+		t.Errorf("warnings %q", w)
+	}
+	p, err = Parse(strings.NewReader("version: 1\nselftest:\n  canary_name: canary.example\n  expect_reachable: [https://a.example/]\n"), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := p.Warnings(); len(w) != 0 {
+		t.Errorf("warnings %q for a config with both", w)
 	}
 }
 

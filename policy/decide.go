@@ -1,57 +1,12 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/egressd/egressd/policy/classify"
 )
-
-// Reason is why a decision came out as it did; its String is the
-// X-Egressd-Deny value and the log's reason field.
-type Reason uint8
-
-const (
-	ReasonAllowed Reason = iota
-	ReasonNoRule
-	ReasonPort
-	ReasonHighRisk
-	ReasonSpecialAddr
-	ReasonBadTarget
-	ReasonMethod
-	ReasonPath
-	ReasonPageType
-	ReasonMirror
-	numReasons
-)
-
-var reasonNames = [numReasons]string{"allowed", "no-rule", "port", "high-risk", "special-address", "bad-target", "method", "path", "page-type", "mirror"}
-
-func (r Reason) String() string {
-	if r < numReasons {
-		return reasonNames[r]
-	}
-	return "unknown"
-}
-
-// reasonHelp is the one-line advice a denied client gets.
-var reasonHelp = [numReasons]string{
-	ReasonNoRule:      "host not in allowlist: add it to allow[] or ask the operator",
-	ReasonPort:        "port not allowed for this host: add it to the rule's ports or ask the operator",
-	ReasonHighRisk:    "high-risk destination (cloud metadata, console or registry upload host): never allowed",
-	ReasonSpecialAddr: "private, loopback or other special-use address: allowed only by a rule whose cidrs name that block",
-	ReasonBadTarget:   "malformed or ambiguous target: use a plain host name or address",
-	ReasonMethod:      "method not allowed by the rule: add it to the rule's methods or ask the operator",
-	ReasonPath:        "path not allowed by the rule: add it to the rule's paths or ask the operator",
-	ReasonPageType:    "page type not allowed by the rule: add it to the rule's pages or ask the operator",
-	ReasonMirror:      "mirror rules are download-only: publishing, uploads and logins are refused",
-}
-
-// Help returns the advice for a denial reason.
-func (r Reason) Help() string {
-	if r < numReasons {
-		return reasonHelp[r]
-	}
-	return ""
-}
 
 // Decision is the outcome for one target or request. It is a value: the
 // policy never logs and never touches the network.
@@ -66,7 +21,8 @@ type Decision struct {
 	PageType   PageType
 	PageSignal string
 	Inspect    bool  // CONNECT: TLS must be terminated to check pages, methods, paths or mirror grammar
-	BodyCap    int64 // mirror: a protocol read with a body; read at most this much and call CheckBody
+	BodyCap    int64 // mirror or read-only POST: read at most this much body and call CheckBody
+	ReadPost   bool  // allowed as a read-only POST the rule opted in to: the body must pass CheckBody
 }
 
 // RuleName is the matched rule's name, or "" when none matched.
@@ -279,15 +235,21 @@ func (p *Policy) matchName(name string, port uint16) (r *Rule, portMiss bool) {
 
 // DecideRequest decides one HTTP request (absolute-form, or inside an
 // inspected tunnel): the target decision, then method, path, page type and
-// mirror grammar under the matched rule.
+// mirror grammar under the matched rule. method is used exactly as sent
+// (HTTP methods are case-sensitive: "get" is not GET, and is a write to the
+// classifier), by the proxy and by egressd check alike. Every request is
+// classified, denied or not, so PageType always says what it was.
 func (p *Policy) DecideRequest(t *Target, method, contentType string, contentLength int64) Decision {
 	d := p.DecideTarget(t)
+	req := Request{Method: method, Host: d.Host, Port: t.Port, Path: t.Path, Query: t.Query, ContentType: contentType, ContentLength: contentLength}
+	if d.Rule != nil {
+		req.ReadPosts = d.Rule.readPosts()
+	}
+	d.PageType, d.PageSignal = ClassifyPage(&req)
 	if !d.Allow {
 		return d
 	}
 	d.Inspect = false
-	req := Request{Method: method, Host: d.Host, Port: t.Port, Path: t.Path, Query: t.Query, ContentType: contentType, ContentLength: contentLength}
-	d.PageType, d.PageSignal = ClassifyPage(&req)
 	r := d.Rule
 	if r.Mirror != MirrorNone {
 		v := CheckMirror(r.Mirror, &req, &r.MirrorOp)
@@ -309,17 +271,50 @@ func (p *Policy) DecideRequest(t *Target, method, contentType string, contentLen
 		d.Detail = d.PageSignal
 		return deny(d, ReasonPageType)
 	}
+	if !r.AllPages && len(t.Query) > p.Limits.QueryBytes {
+		d.Detail = fmt.Sprintf("query of %d bytes, budget %d", len(t.Query), p.Limits.QueryBytes)
+		return deny(d, ReasonQueryBudget)
+	}
+	if strings.HasPrefix(d.PageSignal, "readpost:") {
+		d.BodyCap = classify.ReadPostBodyCap(d.PageSignal)
+		d.ReadPost = true
+	}
 	return d
 }
 
-// CheckBody checks a buffered request body that DecideRequest allowed with
-// BodyCap > 0 (a mirror protocol read made with POST).
-func (p *Policy) CheckBody(d *Decision, t *Target, method, contentType string, body []byte) (bool, string) {
-	if d.Rule == nil || d.Rule.Mirror == MirrorNone {
-		return false, "no mirror rule"
+// gitReadPosts is what mirror: git implies: its grammar allows
+// git-upload-pack and checks the body itself.
+var gitReadPosts = []string{"git-upload-pack"}
+
+func (r *Rule) readPosts() []string {
+	if r.Mirror == MirrorGit {
+		return gitReadPosts
 	}
-	req := Request{Method: method, Host: d.Host, Port: t.Port, Path: t.Path, Query: t.Query, ContentType: contentType, ContentLength: int64(len(body))}
-	return CheckMirrorBody(d.Rule.Mirror, &req, body)
+	return r.ReadPosts
+}
+
+// CheckBody checks a buffered request body that DecideRequest allowed with
+// BodyCap > 0: a mirror protocol read made with POST, or a read-only POST
+// the rule opted in to. It returns the deny reason to use when not ok.
+func (p *Policy) CheckBody(d *Decision, t *Target, method, contentType string, body []byte) (bool, string) {
+	switch {
+	case d.Rule == nil:
+		return false, "no rule"
+	case d.Rule.Mirror != MirrorNone:
+		req := Request{Method: method, Host: d.Host, Port: t.Port, Path: t.Path, Query: t.Query, ContentType: contentType, ContentLength: int64(len(body))}
+		return CheckMirrorBody(d.Rule.Mirror, &req, body)
+	case d.ReadPost:
+		return classify.CheckReadPostBody(d.PageSignal, body)
+	}
+	return false, "no body check for this request"
+}
+
+// BodyReason is the reason a body CheckBody refused is denied with.
+func (d *Decision) BodyReason() Reason {
+	if d.Rule != nil && d.Rule.Mirror != MirrorNone {
+		return ReasonMirror
+	}
+	return ReasonBody
 }
 
 func contains(list []string, s string) bool {

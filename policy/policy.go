@@ -84,6 +84,16 @@ type Limits struct {
 	DialTimeout      time.Duration
 	MirrorBodyBytes  int64
 	DNSQueriesPerSec int
+	// ReadHeadBytes bounds the request headers (names and values) an
+	// inspected rule with page types forwards; QueryBytes bounds its query
+	// string. Mirror rules forward only their ecosystem's headers.
+	ReadHeadBytes int
+	QueryBytes    int
+	// DNSWildcardNames bounds, per identity and wildcard rule, the distinct
+	// names under the wildcard the DNS filter and the proxy resolve; 0 is
+	// no budget. DNSExactOnly resolves only names a rule lists exactly.
+	DNSWildcardNames int
+	DNSExactOnly     bool
 }
 
 // Identity names a client by source CIDRs or proxy user name.
@@ -128,7 +138,10 @@ type Rule struct {
 	Paths    []string // patterns; a trailing '*' matches any rest
 	Mirror   Mirror
 	MirrorOp MirrorOptions
-	TLS      bool // false: raw TCP tunnel, no ClientHello expected
+	// ReadPosts names the read-only POSTs this rule allows as reads
+	// (read_posts: [jira-search]); mirror: git implies git-upload-pack.
+	ReadPosts []string
+	TLS       bool // false: raw TCP tunnel, no ClientHello expected
 }
 
 type portRange struct{ lo, hi uint16 }

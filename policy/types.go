@@ -1,120 +1,54 @@
 package policy
 
-import "strings"
+import "github.com/egressd/egressd/policy/classify"
 
-// PageType is what a request does to the site it reaches. The zero value is
-// PageRead. Write-like types are ordered after PageDownload so IsWrite is a
-// comparison.
-type PageType uint8
-
-const (
-	PageRead PageType = iota
-	PageDownload
-	PageLogin
-	PageOAuth
-	PageUpload
-	PagePublish
-	PagePosting
-	PageAdmin
-	PagePayment
-	numPageTypes
+// The request classifiers live in policy/classify; these aliases keep
+// policy the one import its callers need.
+type (
+	PageType      = classify.PageType
+	PageSet       = classify.PageSet
+	Mirror        = classify.Mirror
+	Request       = classify.Request
+	MirrorOptions = classify.MirrorOptions
+	MirrorVerdict = classify.MirrorVerdict
+	Probe         = classify.Probe
 )
 
-var pageTypeNames = [numPageTypes]string{"read", "download", "login", "oauth", "upload", "publish", "posting", "admin", "payment"}
-
-func (p PageType) String() string {
-	if p < numPageTypes {
-		return pageTypeNames[p]
-	}
-	return "unknown"
-}
-
-// IsWrite reports whether p changes state or hands out credentials.
-func (p PageType) IsWrite() bool { return p > PageDownload && p < numPageTypes }
-
-// ParsePageType maps a config spelling ("login") to its PageType.
-func ParsePageType(s string) (PageType, bool) {
-	for i, n := range pageTypeNames {
-		if n == s {
-			return PageType(i), true
-		}
-	}
-	return 0, false
-}
-
-// PageSet is a set of page types, one bit each.
-type PageSet uint16
-
-// Has reports whether t is in the set.
-func (s PageSet) Has(t PageType) bool { return s&(1<<t) != 0 }
-
-// With returns s plus t.
-func (s PageSet) With(t PageType) PageSet { return s | 1<<t }
-
-// DefaultPages is what a rule allows when it names no pages.
-const DefaultPages = PageSet(1<<PageRead | 1<<PageDownload)
-
-func (s PageSet) String() string {
-	var b strings.Builder
-	for t := PageType(0); t < numPageTypes; t++ {
-		if s.Has(t) {
-			if b.Len() > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(t.String())
-		}
-	}
-	return b.String()
-}
-
-// Mirror names a package ecosystem whose download grammar a mirror rule
-// enforces. MirrorNone means the rule is not a mirror rule.
-type Mirror uint8
-
+// Page types.
 const (
-	MirrorNone Mirror = iota
-	MirrorPyPI
-	MirrorNPM
-	MirrorCrates
-	MirrorRubyGems
-	MirrorMaven
-	MirrorGoProxy
-	MirrorApt
-	MirrorOCI
-	MirrorGit
-	MirrorGeneric
-	numMirrors
+	PageRead     = classify.PageRead
+	PageDownload = classify.PageDownload
+	PageLogin    = classify.PageLogin
+	PageOAuth    = classify.PageOAuth
+	PageUpload   = classify.PageUpload
+	PagePublish  = classify.PagePublish
+	PagePosting  = classify.PagePosting
+	PageAdmin    = classify.PageAdmin
+	PagePayment  = classify.PagePayment
+	DefaultPages = classify.DefaultPages
+	MirrorNone   = classify.MirrorNone
 )
 
-var mirrorNames = [numMirrors]string{"", "pypi", "npm", "crates", "rubygems", "maven", "goproxy", "apt", "oci", "git", "generic"}
+// Mirror ecosystems, as each eco_<name>.go file of classify registers them.
+var (
+	MirrorPyPI     = classify.MirrorPyPI
+	MirrorNPM      = classify.MirrorNPM
+	MirrorCrates   = classify.MirrorCrates
+	MirrorRubyGems = classify.MirrorRubyGems
+	MirrorMaven    = classify.MirrorMaven
+	MirrorGoProxy  = classify.MirrorGoProxy
+	MirrorApt      = classify.MirrorApt
+	MirrorOCI      = classify.MirrorOCI
+	MirrorGit      = classify.MirrorGit
+	MirrorGeneric  = classify.MirrorGeneric
+)
 
-func (m Mirror) String() string {
-	if m < numMirrors {
-		return mirrorNames[m]
-	}
-	return "unknown"
-}
-
-// ParseMirror maps a config spelling ("pypi") to its Mirror.
-func ParseMirror(s string) (Mirror, bool) {
-	for i, n := range mirrorNames {
-		if i > 0 && n == s {
-			return Mirror(i), true
-		}
-	}
-	return MirrorNone, false
-}
-
-// Request is what the classifier and the mirror grammars read of an HTTP
-// request. Host is already normalized (lower-case, no trailing dot, IDNA
-// A-label); Path and Query are as sent on the wire (still escaped; Query
-// without the '?').
-type Request struct {
-	Method        string
-	Host          string
-	Port          uint16
-	Path          string
-	Query         string
-	ContentType   string
-	ContentLength int64 // -1 when unknown (chunked)
-}
+// Classifier entry points.
+var (
+	ParsePageType   = classify.ParsePageType
+	ParseMirror     = classify.ParseMirror
+	ClassifyPage    = classify.ClassifyPage
+	CheckMirror     = classify.CheckMirror
+	CheckMirrorBody = classify.CheckMirrorBody
+	PublishProbe    = classify.PublishProbe
+)

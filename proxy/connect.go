@@ -30,12 +30,12 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 	rq, _ := r.Context().Value(keyDecision).(*request)
 	if rq == nil {
 		rq = &request{start: time.Now(), method: r.Method}
-		ctx.Resp = x.deny(r, rq, http.StatusForbidden, "internal", "", "CONNECT without proxy state")
+		ctx.Resp = x.deny(r, rq, policy.ReasonInternal, "", "CONNECT without proxy state")
 		return goproxy.RejectConnect, host
 	}
 	t, err := policy.ParseAuthority(r.RequestURI)
 	if err != nil {
-		ctx.Resp = x.deny(r, rq, http.StatusForbidden, policy.ReasonBadTarget.String(), "", err.Error())
+		ctx.Resp = x.deny(r, rq, policy.ReasonBadTarget, "", err.Error())
 		return goproxy.RejectConnect, host
 	}
 	rq.target = t
@@ -47,12 +47,12 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 		return goproxy.RejectConnect, host
 	}
 	if !x.isReady(r.RemoteAddr) {
-		ctx.Resp = x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", rq.d.RuleName(), notReady)
+		ctx.Resp = x.deny(r, rq, policy.ReasonNotReady, rq.d.RuleName(), policy.ReasonNotReady.Help())
 		return goproxy.RejectConnect, host
 	}
 	if rq.d.Inspect {
 		if x.ca == nil {
-			ctx.Resp = x.deny(r, rq, http.StatusForbidden, "inspection-unavailable", rq.d.RuleName(), "this rule needs TLS inspection and egressd has no CA")
+			ctx.Resp = x.deny(r, rq, policy.ReasonInspectionUnavailable, rq.d.RuleName(), "this rule needs TLS inspection and egressd has no CA")
 			return goproxy.RejectConnect, host
 		}
 		x.holdTunnel(r, rq, true)
@@ -107,7 +107,7 @@ func (x *Proxy) mitmTLS(rq *request) func(string, *goproxy.ProxyCtx) (*tls.Confi
 		cfg := base.Clone()
 		cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			if !sniMatches(&rq.target, h.ServerName) {
-				x.logDecisionReason(context.Background(), rq, 0, "sni-mismatch", fmt.Sprintf("SNI %q in a tunnel to %s", h.ServerName, rq.target.Host()), 0, 0)
+				x.logDecisionReason(context.Background(), rq, 0, policy.ReasonSNIMismatch, fmt.Sprintf("SNI %q in a tunnel to %s", h.ServerName, rq.target.Host()), 0, 0)
 				return nil, errSNIMismatch
 			}
 			return nil, nil
@@ -153,14 +153,14 @@ func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *polic
 	}()
 	up, _, err := x.dialer.dial(req.Context(), p, &rq.d, rq.target.Port)
 	if err != nil {
-		status, reason := statusFor(err)
+		reason := reasonFor(err)
 		var de *DenyError
 		detail := err.Error()
 		if errors.As(err, &de) {
 			rq.d.HighRisk = de.HighRisk
 			detail = de.Detail
 		}
-		resp := x.deny(req, rq, status, reason, rq.d.RuleName(), detail)
+		resp := x.deny(req, rq, reason, rq.d.RuleName(), detail)
 		resp.Close = true
 		resp.Write(client)
 		return
@@ -177,14 +177,14 @@ func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *polic
 		hello, raw, err := peekClientHello(client, helloTimeout)
 		switch {
 		case errors.Is(err, ErrNotTLS):
-			x.logDecisionReason(req.Context(), rq, 0, "not-tls", "rule expects TLS; declare tls: false for raw TCP", 0, 0)
+			x.logDecisionReason(req.Context(), rq, 0, policy.ReasonNotTLS, "rule expects TLS; declare tls: false for raw TCP", 0, 0)
 			return
 		case err != nil:
-			x.logDecisionReason(req.Context(), rq, 0, "no-client-hello", err.Error(), 0, 0)
+			x.logDecisionReason(req.Context(), rq, 0, policy.ReasonNoClientHello, err.Error(), 0, 0)
 			return
 		case !sniMatches(&rq.target, hello.ServerName):
 			rq.d.Allow = false
-			x.logDecisionReason(req.Context(), rq, 0, "sni-mismatch", fmt.Sprintf("SNI %q in a tunnel to %s", hello.ServerName, rq.target.Host()), 0, 0)
+			x.logDecisionReason(req.Context(), rq, 0, policy.ReasonSNIMismatch, fmt.Sprintf("SNI %q in a tunnel to %s", hello.ServerName, rq.target.Host()), 0, 0)
 			return
 		}
 		pre = raw
@@ -208,7 +208,7 @@ func (x *Proxy) splice(req *http.Request, client net.Conn, rq *request, p *polic
 		out += sent
 		x.m.bytesOut.Add(float64(out))
 		x.m.bytesIn.Add(float64(in))
-		x.logDecisionReason(ctx, rq, http.StatusOK, "tunnel", idleDetail(idled, idle), in, out)
+		x.logDecisionReason(ctx, rq, http.StatusOK, policy.ReasonTunnel, idleDetail(idled, idle), in, out)
 	}
 	handedOff = true
 	if !held {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -17,7 +18,7 @@ import (
 // failed the address check (or one was high-risk). The client gets a 403,
 // not a 5xx: this is policy, not an outage.
 type DenyError struct {
-	Reason   string // X-Egressd-Deny value
+	Reason   policy.Reason
 	Detail   string
 	HighRisk bool
 	Addr     netip.Addr // the address that was refused
@@ -26,9 +27,6 @@ type DenyError struct {
 func (e *DenyError) Error() string {
 	return fmt.Sprintf("dial refused: %s: %s", e.Reason, e.Detail)
 }
-
-// reasonProxyLoop is the deny reason for a target that is egressd itself.
-const reasonProxyLoop = "proxy-loop"
 
 // checkedDialer resolves a decided target, checks every answer against the
 // policy, and connects to a checked address itself, so the address checked
@@ -44,6 +42,11 @@ type checkedDialer struct {
 	// control runs on each upstream socket before connect (tests use it
 	// for a namespace guard); nil means none.
 	control func(network, address string, c syscall.RawConn) error
+	// budget bounds the new names under wildcard rules each identity makes
+	// the resolver ask for; log gets its one warning per identity and
+	// wildcard when spent.
+	budget policy.NameBudget
+	log    *slog.Logger
 }
 
 type dialSettings struct {
@@ -66,6 +69,9 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 	if d.Addr.IsValid() {
 		addrs = []netip.Addr{d.Addr.Unmap()}
 	} else {
+		if err := x.checkNameBudget(ctx, p, d); err != nil {
+			return nil, netip.AddrPort{}, err
+		}
 		var err error
 		if addrs, err = x.cur.Load().res.Lookup(ctx, d.Host); err != nil {
 			return nil, netip.AddrPort{}, err
@@ -81,14 +87,14 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 			// A name that resolves to a metadata address is an attack
 			// (rebinding) or a trap: refuse the whole target, not just
 			// that answer.
-			return nil, netip.AddrPort{}, &DenyError{Reason: policy.ReasonHighRisk.String(), Detail: fmt.Sprintf("%s resolved to %s (high-risk)", d.Host, a), HighRisk: true, Addr: a}
+			return nil, netip.AddrPort{}, &DenyError{Reason: policy.ReasonHighRisk, Detail: fmt.Sprintf("%s resolved to %s (high-risk)", d.Host, a), HighRisk: true, Addr: a}
 		case !ok:
 			if refused == nil {
-				refused = &DenyError{Reason: policy.ReasonSpecialAddr.String(), Detail: fmt.Sprintf("%s resolved to %s (%s)", d.Host, a, info.Class), Addr: a}
+				refused = &DenyError{Reason: policy.ReasonSpecialAddr, Detail: fmt.Sprintf("%s resolved to %s (%s)", d.Host, a, info.Class), Addr: a}
 			}
 		case x.self != nil && x.self(ap):
 			if refused == nil {
-				refused = &DenyError{Reason: reasonProxyLoop, Detail: fmt.Sprintf("%s is egressd itself", ap), Addr: a}
+				refused = &DenyError{Reason: policy.ReasonProxyLoop, Detail: fmt.Sprintf("%s is egressd itself", ap), Addr: a}
 			}
 		default:
 			good = append(good, ap)
@@ -118,17 +124,41 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 	return nil, netip.AddrPort{}, errors.Join(errs...)
 }
 
-// statusFor maps a dial or upstream error to the status the client gets:
-// 403 for a policy refusal, 504 for a timeout, 502 for anything else.
-func statusFor(err error) (int, string) {
+// reasonFor maps a dial or upstream error to the reason the client gets:
+// the refusal's for a policy refusal, upstream-timeout for a timeout,
+// upstream-unreachable for anything else.
+func reasonFor(err error) policy.Reason {
 	var de *DenyError
 	var ne net.Error
 	switch {
 	case errors.As(err, &de):
-		return 403, de.Reason
+		return de.Reason
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return 504, "upstream-timeout"
+		return policy.ReasonUpstreamTimeout
 	default:
-		return 502, "upstream-unreachable"
+		return policy.ReasonUpstreamUnreachable
 	}
+}
+
+// checkNameBudget refuses a name under a wildcard rule once the requesting
+// identity has spent its budget of distinct names there (the query would
+// carry the name to that domain's name servers), or any such name under
+// limits.dns_exact_only.
+func (x *checkedDialer) checkNameBudget(ctx context.Context, p *policy.Policy, d *policy.Decision) error {
+	id := ""
+	if rq, ok := ctx.Value(keyDecision).(*request); ok {
+		id = rq.identity
+	}
+	v, wildcard, first := x.budget.Allow(p, id, d.Host, time.Now())
+	switch v {
+	case policy.NameExactOnly:
+		return &DenyError{Reason: policy.ReasonExactOnly, Detail: d.Host + " is under " + wildcard + ": limits.dns_exact_only resolves only names a rule lists"}
+	case policy.NameOverBudget:
+		if first && x.log != nil {
+			x.log.Warn("dns wildcard budget spent: new names under this wildcard are refused for the rest of the hour",
+				slog.String("identity", id), slog.String("wildcard", wildcard), slog.Int("budget", p.Limits.DNSWildcardNames))
+		}
+		return &DenyError{Reason: policy.ReasonWildcardBudget, Detail: fmt.Sprintf("%s: identity spent its %d new names under %s this hour", d.Host, p.Limits.DNSWildcardNames, wildcard)}
+	}
+	return nil
 }

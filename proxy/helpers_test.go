@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"github.com/egressd/egressd/internal/testutil"
 	"io"
 	"log"
 	"log/slog"
@@ -136,7 +137,7 @@ type harness struct {
 	px       *Proxy
 	proxyURL *url.URL
 	guard    *dialGuard
-	logs     *syncBuffer
+	logs     *testutil.LogWatch
 	plain    *origin
 	tlsO     *origin
 	upCA     *ca.CA // signs the TLS origin's certificates
@@ -144,28 +145,11 @@ type harness struct {
 	ready    atomic.Bool
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // newHarness starts a TLS origin, a plain origin, a DNS upstream and the
 // proxy with cfg, where "{DNS}" in cfg is replaced by the DNS address.
 func newHarness(t testing.TB, cfg string, names map[string][]string) *harness {
 	t.Helper()
-	h := &harness{t: t, guard: &dialGuard{}, logs: &syncBuffer{}}
+	h := &harness{t: t, guard: &dialGuard{}, logs: testutil.NewLogWatch()}
 	var err error
 	if h.upCA, err = ca.New(); err != nil {
 		t.Fatal(err)

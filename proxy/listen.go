@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"syscall"
 )
 
 // Keep-alive of client connections: the values Go's net package uses by
@@ -27,29 +25,6 @@ const deferAcceptSeconds = 10
 // setsockopt calls per connection; and accept waits for the client's first
 // bytes (deferAcceptSeconds), which any later data also completes.
 func Listen(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{
-		KeepAlive: -1, // set on the listening socket below, inherited
-		Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				for _, o := range []struct{ level, opt, v int }{
-					{syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1},
-					{syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, keepAliveIdle},
-					{syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, keepAliveInterval},
-					{syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT, keepAliveCount},
-					{syscall.IPPROTO_TCP, syscall.TCP_DEFER_ACCEPT, deferAcceptSeconds},
-				} {
-					if serr = syscall.SetsockoptInt(int(fd), o.level, o.opt, o.v); serr != nil {
-						serr = fmt.Errorf("setsockopt %d/%d: %w", o.level, o.opt, serr)
-						return
-					}
-				}
-			})
-			if err != nil {
-				return err
-			}
-			return serr
-		},
-	}
+	lc := listenConfig()
 	return lc.Listen(context.Background(), "tcp", addr)
 }

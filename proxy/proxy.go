@@ -22,6 +22,7 @@ import (
 	"github.com/elazarl/goproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -127,6 +128,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		resolverDial: cfg.ResolverDial,
 		self:         x.isSelf,
 		control:      cfg.Control,
+		log:          x.log,
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
@@ -150,8 +152,8 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	gp.CertStore = nil
 	gp.KeepAcceptEncoding = true
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		x.m.requests.WithLabelValues("deny", "not-proxy-request", "", "").Inc()
-		http.Error(w, "egressd: this is a forward proxy: send absolute-form requests (http://host/path) or CONNECT", http.StatusBadRequest)
+		x.m.requests.WithLabelValues("deny", policy.ReasonNotProxyRequest.String(), "", "").Inc()
+		http.Error(w, "egressd: "+policy.ReasonNotProxyRequest.Help(), policy.ReasonNotProxyRequest.Status())
 	})
 	gp.OnRequest().DoFunc(x.onRequest)
 	gp.OnRequest().HandleConnectFunc(x.onConnect)
@@ -299,21 +301,21 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rq.probe = x.probeLabel(r, rq.identity, host)
 	if head.bad != "" {
-		x.refuse(w, r, rq, http.StatusBadRequest, "bad-request", head.bad)
+		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
 		return
 	}
 	transparent, _ := r.Context().Value(keyTransparent).(bool)
 	if !transparent && r.Method != http.MethodConnect && head.hostSeen && r.URL.IsAbs() && !sameHostHeader(head.host, r.URL.Host, r.URL.Scheme) {
-		x.refuse(w, r, rq, http.StatusBadRequest, "host-mismatch", fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
+		x.refuse(w, r, rq, policy.ReasonHostMismatch, fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
 		return
 	}
 	if x.ids.quarantined(rq.identity) {
-		x.refuse(w, r, rq, http.StatusForbidden, "quarantine", "identity "+rq.identity+" is quarantined")
+		x.refuse(w, r, rq, policy.ReasonQuarantine, "identity "+rq.identity+" is quarantined")
 		return
 	}
 	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
 	if !ok {
-		x.refuse(w, r, rq, http.StatusTooManyRequests, "conn-limit", "too many concurrent connections for identity "+orNone(rq.identity))
+		x.refuse(w, r, rq, policy.ReasonConnLimit, "too many concurrent connections for identity "+orNone(rq.identity))
 		return
 	}
 	rq.release = release
@@ -404,16 +406,17 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 
 // refuse answers a request that never reached a decision rule (hygiene,
 // readiness, quarantine) and logs it.
-func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, status int, reason, detail string) {
-	w.Header().Set("X-Egressd-Deny", reason)
+func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reason policy.Reason, detail string) {
+	status := reason.Status()
+	w.Header().Set("X-Egressd-Deny", reason.String())
 	w.Header().Set("Connection", "close")
 	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
-	x.count(rq, "deny", reason, "", "", false)
-	x.log.LogAttrs(r.Context(), slog.LevelWarn, "decision",
-		slog.String("identity", rq.logIdentity()), slog.String("method", r.Method),
-		slog.String("host", r.Host), slog.String("path", truncate(r.URL.Path, maxLogPath)),
-		slog.String("decision", "deny"), slog.String("reason", reason), slog.String("detail", detail),
-		slog.Int("status", status))
+	x.count(rq, event.Deny, reason.String(), "", "", false)
+	x.log.LogAttrs(r.Context(), slog.LevelWarn, event.Msg,
+		slog.String(event.KeyIdentity, rq.logIdentity()), slog.String(event.KeyMethod, r.Method),
+		slog.String(event.KeyHost, r.Host), slog.String(event.KeyPath, truncate(r.URL.Path, maxLogPath)),
+		slog.String(event.KeyDecision, event.Deny), slog.String(event.KeyReason, reason.String()), slog.String(event.KeyDetail, detail),
+		slog.Int(event.KeyStatus, status))
 }
 
 const maxLogPath = 200
@@ -426,7 +429,7 @@ func truncate(s string, n int) string {
 }
 
 // denyResponse is the 403 (or other) a client gets for a decision.
-func denyResponse(r *http.Request, status int, reason, rule, detail, help string) *http.Response {
+func denyResponse(r *http.Request, reason policy.Reason, rule, detail, help string) *http.Response {
 	var b strings.Builder
 	fmt.Fprintf(&b, "egressd: denied: %s", reason)
 	if rule != "" {
@@ -439,8 +442,8 @@ func denyResponse(r *http.Request, status int, reason, rule, detail, help string
 		fmt.Fprintf(&b, ": %s", help)
 	}
 	b.WriteByte('\n')
-	resp := goproxy.NewResponse(r, goproxy.ContentTypeText, status, b.String())
-	resp.Header.Set("X-Egressd-Deny", reason)
+	resp := goproxy.NewResponse(r, goproxy.ContentTypeText, reason.Status(), b.String())
+	resp.Header.Set("X-Egressd-Deny", reason.String())
 	return resp
 }
 
@@ -456,6 +459,3 @@ func (x *Proxy) isReady(remote string) bool {
 	ap, err := netip.ParseAddrPort(remote)
 	return err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
 }
-
-// notReady is the detail of a 503 while the self-test has not passed.
-const notReady = "egressd is not ready: the self-test has not passed yet (see /readyz)"

@@ -473,15 +473,9 @@ func TestCurl(t *testing.T) {
 
 func waitLog(t *testing.T, h *harness, substr string) string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, l := range strings.Split(h.logs.String(), "\n") {
-			if strings.Contains(l, substr) {
-				return l
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	line, err := h.logs.Wait(10*time.Second, nil, substr)
+	if err != nil {
+		t.Fatalf("%v in:\n%s", err, h.logs.String())
 	}
-	t.Fatalf("no log line with %s in:\n%s", substr, h.logs.String())
-	return ""
+	return line
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -26,22 +27,22 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	if tun, ok := ctx.UserData.(*request); ok {
 		rq = &request{start: time.Now(), identity: tun.identity, probe: tun.probe, method: r.Method, tunnel: tun}
 		if x.ids.quarantined(rq.identity) {
-			return r, x.deny(r, rq, http.StatusForbidden, "quarantine", "", "identity "+rq.identity+" is quarantined")
+			return r, x.deny(r, rq, policy.ReasonQuarantine, "", "identity "+rq.identity+" is quarantined")
 		}
 		t, err := innerTarget(tun, r)
 		if err != nil {
-			return r, x.deny(r, rq, http.StatusBadRequest, "host-mismatch", "", err.Error())
+			return r, x.deny(r, rq, policy.ReasonHostMismatch, "", err.Error())
 		}
 		rq.target = t
 	} else {
 		rq, _ = r.Context().Value(keyDecision).(*request)
 		if rq == nil { // not through ServeHTTP: refuse rather than guess
 			rq = &request{start: time.Now(), method: r.Method}
-			return r, x.deny(r, rq, http.StatusForbidden, "internal", "", "request without proxy state")
+			return r, x.deny(r, rq, policy.ReasonInternal, "", "request without proxy state")
 		}
 		t, err := policy.ParseURL(r.RequestURI)
 		if err != nil {
-			return r, x.deny(r, rq, http.StatusForbidden, policy.ReasonBadTarget.String(), "", err.Error())
+			return r, x.deny(r, rq, policy.ReasonBadTarget, "", err.Error())
 		}
 		rq.target = t
 	}
@@ -50,7 +51,7 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		// A server that honours an override would run a method the
 		// classifier never saw: refuse rather than guess.
 		if v := r.Header.Get(h); v != "" && !strings.EqualFold(v, r.Method) {
-			return r, x.deny(r, rq, http.StatusForbidden, policy.ReasonMethod.String(), "", fmt.Sprintf("%s: %.20s overrides %s", h, v, r.Method))
+			return r, x.deny(r, rq, policy.ReasonMethod, "", fmt.Sprintf("%s: %.20s overrides %s", h, v, r.Method))
 		}
 	}
 	rq.d = p.DecideRequest(&rq.target, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
@@ -59,12 +60,10 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		return r, x.denyDecision(r, rq)
 	}
 	if !x.isReady(r.RemoteAddr) {
-		return r, x.deny(r, rq, http.StatusServiceUnavailable, "not-ready", rq.d.RuleName(), notReady)
+		return r, x.deny(r, rq, policy.ReasonNotReady, rq.d.RuleName(), policy.ReasonNotReady.Help())
 	}
-	if rq.d.Rule.Mirror != policy.MirrorNone {
-		if resp := x.checkMirrorBody(r, rq, p); resp != nil {
-			return r, resp
-		}
+	if resp := x.checkShape(r, rq, p); resp != nil {
+		return r, resp
 	}
 	if rq.tunnel != nil {
 		// a request inside an inspected tunnel: its context holds the
@@ -119,14 +118,24 @@ func innerTarget(tun *request, r *http.Request) (policy.Target, error) {
 	return t, nil
 }
 
-// checkMirrorBody enforces a mirror rule's body limits: no body at all
-// unless the grammar allowed a protocol read with a body, and then at most
-// BodyCap bytes that the grammar's body check accepts.
-func (x *Proxy) checkMirrorBody(r *http.Request, rq *request, p *policy.Policy) *http.Response {
+// checkShape enforces what the policy computed beyond the decision: the
+// header budget (a mirror rule forwards only its ecosystem's headers), and
+// the body of a mirror rule or an opted-in read-only POST.
+func (x *Proxy) checkShape(r *http.Request, rq *request, p *policy.Policy) *http.Response {
+	drop, ok, why := p.CheckHead(&rq.d, r.Header)
+	if !ok {
+		return x.deny(r, rq, policy.ReasonHeaderBudget, rq.d.RuleName(), why)
+	}
+	for _, h := range drop {
+		r.Header.Del(h)
+	}
+	if rq.d.Rule.Mirror == policy.MirrorNone && !rq.d.ReadPost {
+		return nil
+	}
 	hasBody := r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
 	if rq.d.BodyCap == 0 {
 		if hasBody {
-			return x.deny(r, rq, http.StatusForbidden, policy.ReasonMirror.String(), rq.d.RuleName(), "mirror rules take no request body here")
+			return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), "no request body allowed here")
 		}
 		return nil
 	}
@@ -135,12 +144,12 @@ func (x *Proxy) checkMirrorBody(r *http.Request, rq *request, p *policy.Policy) 
 	r.Body.Close()
 	switch {
 	case err != nil:
-		return x.deny(r, rq, http.StatusBadRequest, "bad-request", rq.d.RuleName(), "reading body: "+err.Error())
+		return x.deny(r, rq, policy.ReasonBadRequest, rq.d.RuleName(), "reading body: "+err.Error())
 	case int64(len(body)) > limit:
-		return x.deny(r, rq, http.StatusForbidden, policy.ReasonMirror.String(), rq.d.RuleName(), fmt.Sprintf("body over the %d-byte cap of a mirror read", limit))
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), fmt.Sprintf("body over the %d-byte cap of a protocol read", limit))
 	}
 	if ok, why := p.CheckBody(&rq.d, &rq.target, r.Method, r.Header.Get("Content-Type"), body); !ok {
-		return x.deny(r, rq, http.StatusForbidden, policy.ReasonMirror.String(), rq.d.RuleName(), why)
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), why)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -158,7 +167,7 @@ func (x *Proxy) dialUpstream(ctx context.Context, network, _ string) (net.Conn, 
 // dialDecided dials the target of an allow decision through the checks.
 func (x *Proxy) dialDecided(ctx context.Context, rq *request) (net.Conn, error) {
 	if rq == nil || !rq.d.Allow {
-		return nil, &DenyError{Reason: "internal", Detail: "dial without an allow decision"}
+		return nil, &DenyError{Reason: policy.ReasonInternal, Detail: "dial without an allow decision"}
 	}
 	c, _, err := x.dialer.dial(ctx, x.Policy(), &rq.d, rq.target.Port)
 	return c, err
@@ -177,13 +186,13 @@ func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response,
 		resp, err = x.tr.RoundTrip(r)
 	}
 	if err != nil {
-		status, reason := statusFor(err)
+		reason := reasonFor(err)
 		var de *DenyError
 		if errors.As(err, &de) {
 			rq.d.Allow, rq.d.HighRisk = false, de.HighRisk
-			return x.deny(r, rq, status, reason, rq.d.RuleName(), de.Detail), nil
+			return x.deny(r, rq, reason, rq.d.RuleName(), de.Detail), nil
 		}
-		return x.deny(r, rq, status, reason, rq.d.RuleName(), err.Error()), nil
+		return x.deny(r, rq, reason, rq.d.RuleName(), err.Error()), nil
 	}
 	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, r: r, rq: rq, status: resp.StatusCode, out: max(r.ContentLength, 0)}
 	return resp, nil
@@ -230,57 +239,57 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 	if detail != "" {
 		help = detail + ": " + help
 	}
-	return x.deny(r, rq, http.StatusForbidden, d.Reason.String(), d.RuleName(), help)
+	return x.deny(r, rq, d.Reason, d.RuleName(), help)
 }
 
 // deny builds the refusal response and logs and counts the decision.
-func (x *Proxy) deny(r *http.Request, rq *request, status int, reason, rule, detail string) *http.Response {
+func (x *Proxy) deny(r *http.Request, rq *request, reason policy.Reason, rule, detail string) *http.Response {
 	rq.d.Allow = false
-	x.logDecisionReason(r.Context(), rq, status, reason, detail, 0, 0)
-	return denyResponse(r, status, reason, rule, detail, "")
+	x.logDecisionReason(r.Context(), rq, reason.Status(), reason, detail, 0, 0)
+	return denyResponse(r, reason, rule, detail, "")
 }
 
 func (x *Proxy) logDecision(ctx context.Context, rq *request, status int, detail string, in, out int64) {
-	x.logDecisionReason(ctx, rq, status, rq.d.Reason.String(), detail, in, out)
+	x.logDecisionReason(ctx, rq, status, rq.d.Reason, detail, in, out)
 }
 
 // logDecisionReason writes the one canonical line per decision and counts
 // it: allow at Info, deny at Warn (high-risk included, flagged), upstream
 // failures at Error.
-func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, reason, detail string, in, out int64) {
+func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, reason policy.Reason, detail string, in, out int64) {
 	d := &rq.d
-	decision := "deny"
-	if d.Allow {
-		decision = "allow"
+	decision := event.Deny
+	if d.Allow && !reason.Denies() {
+		decision = event.Allow
 	}
 	level := slog.LevelInfo
 	switch {
 	case status >= 500 && status != http.StatusServiceUnavailable:
 		level = slog.LevelError
-	case !d.Allow:
+	case decision == event.Deny:
 		level = slog.LevelWarn
 	}
 	host := rq.target.Host()
 	if host == "" {
 		host = d.Host
 	}
-	x.log.LogAttrs(ctx, level, "decision",
-		slog.String("identity", rq.logIdentity()),
-		slog.String("method", rq.method),
-		slog.String("host", host),
-		slog.Int("port", int(rq.target.Port)),
-		slog.String("path", truncate(rq.target.Path, maxLogPath)),
-		slog.String("page_type", d.PageType.String()),
-		slog.String("rule", d.RuleName()),
-		slog.String("decision", decision),
-		slog.String("reason", reason),
-		slog.Bool("high_risk", d.HighRisk),
-		slog.Int("status", status),
-		slog.Int64("bytes_in", in),
-		slog.Int64("bytes_out", out),
-		slog.Int64("bytes", in+out),
-		slog.String("detail", detail),
-		slog.Bool("inspected", rq.tunnel != nil),
+	x.log.LogAttrs(ctx, level, event.Msg,
+		slog.String(event.KeyIdentity, rq.logIdentity()),
+		slog.String(event.KeyMethod, rq.method),
+		slog.String(event.KeyHost, host),
+		slog.Int(event.KeyPort, int(rq.target.Port)),
+		slog.String(event.KeyPath, truncate(rq.target.Path, maxLogPath)),
+		slog.String(event.KeyPageType, d.PageType.String()),
+		slog.String(event.KeyRule, d.RuleName()),
+		slog.String(event.KeyDecision, decision),
+		slog.String(event.KeyReason, reason.String()),
+		slog.Bool(event.KeyHighRisk, d.HighRisk),
+		slog.Int(event.KeyStatus, status),
+		slog.Int64(event.KeyBytesIn, in),
+		slog.Int64(event.KeyBytesOut, out),
+		slog.Int64(event.KeyBytes, in+out),
+		slog.String(event.KeyDetail, detail),
+		slog.Bool(event.KeyInspected, rq.tunnel != nil),
 	)
-	x.count(rq, decision, reason, d.PageType.String(), d.RuleName(), d.HighRisk)
+	x.count(rq, decision, reason.String(), d.PageType.String(), d.RuleName(), d.HighRisk)
 }

@@ -53,7 +53,7 @@ func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme s
 	}
 	if err != nil {
 		rq := &request{start: time.Now(), method: r.Method, identity: x.identify(r)}
-		x.refuse(w, r, rq, http.StatusBadRequest, "host-mismatch", err.Error())
+		x.refuse(w, r, rq, policy.ReasonHostMismatch, err.Error())
 		return
 	}
 	authority := net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(int(port)))
@@ -91,27 +91,27 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	}
 	ctx := context.Background()
 	if x.ids.quarantined(rq.identity) {
-		x.logDecisionReason(ctx, rq, http.StatusForbidden, "quarantine", "", 0, 0)
+		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonQuarantine, "", 0, 0)
 		return
 	}
 	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
 	if !ok {
-		x.logDecisionReason(ctx, rq, http.StatusTooManyRequests, "conn-limit", "", 0, 0)
+		x.logDecisionReason(ctx, rq, http.StatusTooManyRequests, policy.ReasonConnLimit, "", 0, 0)
 		return
 	}
 	defer release()
 	hello, raw, err := peekClientHello(c, helloTimeout)
 	if err != nil {
-		x.logDecisionReason(ctx, rq, 0, "not-tls", err.Error(), 0, 0)
+		x.logDecisionReason(ctx, rq, 0, policy.ReasonNotTLS, err.Error(), 0, 0)
 		return
 	}
 	if hello.ServerName == "" {
-		x.logDecisionReason(ctx, rq, 0, "no-sni", "transparent TLS needs SNI to name the host", 0, 0)
+		x.logDecisionReason(ctx, rq, 0, policy.ReasonNoSNI, "transparent TLS needs SNI to name the host", 0, 0)
 		return
 	}
 	t, err := policy.ParseAuthority(net.JoinHostPort(hello.ServerName, strconv.Itoa(int(port))))
 	if err != nil {
-		x.logDecisionReason(ctx, rq, 0, policy.ReasonBadTarget.String(), err.Error(), 0, 0)
+		x.logDecisionReason(ctx, rq, 0, policy.ReasonBadTarget, err.Error(), 0, 0)
 		return
 	}
 	rq.target = t
@@ -119,11 +119,11 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	rq.d = p.DecideTarget(&t)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
-		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason.String(), "transparent TLS", 0, 0)
+		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)
 		return
 	}
 	if !x.isReady(c.RemoteAddr().String()) {
-		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, "not-ready", notReady, 0, 0)
+		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, policy.ReasonNotReady, policy.ReasonNotReady.Help(), 0, 0)
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}
@@ -131,31 +131,32 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	x.m.tunnels.Inc()
 	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec() }()
 	if !rq.d.Inspect {
+		ctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
 		up, _, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
 		if err != nil {
-			status, reason := statusFor(err)
-			x.logDecisionReason(ctx, rq, status, reason, err.Error(), 0, 0)
+			reason := reasonFor(err)
+			x.logDecisionReason(ctx, rq, reason.Status(), reason, err.Error(), 0, 0)
 			return
 		}
 		defer up.Close()
 		idle := p.Limits.IdleTimeout
 		out, in, idled := pipe(client, up, idle)
-		x.logDecisionReason(ctx, rq, http.StatusOK, "transparent tunnel", idleDetail(idled, idle), in, out)
+		x.logDecisionReason(ctx, rq, http.StatusOK, policy.ReasonTransparentTunnel, idleDetail(idled, idle), in, out)
 		return
 	}
 	if x.ca == nil {
-		x.logDecisionReason(ctx, rq, http.StatusForbidden, "inspection-unavailable", "", 0, 0)
+		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonInspectionUnavailable, "", 0, 0)
 		return
 	}
 	cfg, err := x.ca.ServerConfig(t.Host())
 	if err != nil {
-		x.logDecisionReason(ctx, rq, http.StatusBadGateway, "inspection-unavailable", err.Error(), 0, 0)
+		x.logDecisionReason(ctx, rq, http.StatusBadGateway, policy.ReasonInspectionUnavailable, err.Error(), 0, 0)
 		return
 	}
 	tc := tls.Server(client, cfg)
 	tc.SetDeadline(time.Now().Add(helloTimeout))
 	if err := tc.Handshake(); err != nil {
-		x.logDecisionReason(ctx, rq, 0, "tls-handshake", err.Error(), 0, 0)
+		x.logDecisionReason(ctx, rq, 0, policy.ReasonTLSHandshake, err.Error(), 0, 0)
 		return
 	}
 	tc.SetDeadline(time.Time{})

@@ -102,3 +102,25 @@ func TestTransparentTLS(t *testing.T) {
 	}
 	waitLog(t, h, `"reason":"no-rule"`)
 }
+
+// TestTransparentTLSNotReadyLogsDeny: a transparent TLS connection closed
+// because egressd is not ready is logged as a denial with status 503, not
+// as an allow.
+func TestTransparentTLSNotReadyLogsDeny(t *testing.T) {
+	h := newHarness(t, testConfig, testNames)
+	h.ready.Store(false)
+	addr := transparentListen(t, h.px.ServeTransparentTLS, h.tlsO.port())
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tls.Client(c, &tls.Config{ServerName: "allowed.test", RootCAs: h.upCA.Pool()}).Handshake(); err == nil {
+		t.Error("handshake through a proxy that is not ready succeeded")
+	}
+	line := waitLog(t, h, `"reason":"not-ready"`)
+	if !strings.Contains(line, `"decision":"deny"`) || !strings.Contains(line, `"status":503`) {
+		t.Errorf("not-ready logged as %s, want decision deny, status 503", line)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
@@ -27,22 +28,8 @@ const (
 	maxLogLineSize = 1 << 20
 )
 
-// decision is the part of a proxy decision line the report reads.
-type decision struct {
-	Time     time.Time `json:"time"`
-	Msg      string    `json:"msg"`
-	Identity string    `json:"identity"`
-	Method   string    `json:"method"`
-	Host     string    `json:"host"`
-	Port     int       `json:"port"`
-	Path     string    `json:"path"`
-	Rule     string    `json:"rule"`
-	PageType string    `json:"page_type"`
-	Decision string    `json:"decision"`
-	Reason   string    `json:"reason"`
-	HighRisk bool      `json:"high_risk"`
-	Status   int       `json:"status"`
-}
+// decision is a proxy decision line as the report reads it.
+type decision = event.Record
 
 // actionPages are the page types that act rather than read.
 var actionPages = map[string]bool{"login": true, "upload": true, "posting": true, "publish": true, "oauth": true, "admin": true}
@@ -84,7 +71,7 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 			dl.skipped++
 			continue
 		}
-		if d.Msg != "decision" {
+		if !d.IsDecision() {
 			continue
 		}
 		if policy.IsProbeIdentity(d.Identity) {
@@ -101,7 +88,7 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 		if d.HighRisk {
 			dl.highRisk = append(dl.highRisk, d)
 		}
-		if d.Decision == "allow" {
+		if d.Decision == event.Allow {
 			dl.allowed++
 			k := [2]string{d.Identity, d.Host}
 			r := dl.reached[k]

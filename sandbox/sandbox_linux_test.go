@@ -103,10 +103,7 @@ func current(t testing.TB) *sandbox.NS {
 func TestCreateOpenDelete(t *testing.T) {
 	testnet.RequireRoot(t)
 	home := current(t)
-	root, err := sandbox.RootCookie()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testnet.RootCookie(t)
 	name := uniqueName("a")
 	ns, err := sandbox.Create(name)
 	if err != nil {
@@ -356,11 +353,11 @@ func listenLoopback(t *testing.T) (addr string, accepted func(wait time.Duration
 func TestGuardRefusesBeforeConnect(t *testing.T) {
 	sbx := newNS(t, "guard")
 	home := current(t)
+	root := testnet.RootCookie(t)
 	notRoot, err := sandbox.NotRootControl()
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, _ := sandbox.RootCookie()
 	for _, tc := range []struct {
 		name    string
 		control sandbox.ControlFunc

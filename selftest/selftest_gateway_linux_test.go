@@ -160,10 +160,8 @@ func startGateway(t *testing.T, topo *testnet.Topo, cfgPath string) *gateway {
 	dir := t.TempDir()
 	g := &gateway{t: t, dir: dir, Log: dir + "/gateway.log"}
 	g.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	root, err := sandbox.RootCookie()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testnet.RootCookie(t)
+	var err error
 	g.cmd.Env = append(os.Environ(), helperEnv+"="+cfgPath, helperCAEnv+"="+dir+"/ca.pem", helperLogEnv+"="+g.Log,
 		fmt.Sprintf("%s=%d", helperRootEnv, root))
 	g.cmd.Stderr = os.Stderr

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"github.com/egressd/egressd/policy"
@@ -43,12 +44,17 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: egressd check [--config FILE] [--method M] [--content-type T] [--json] URL|HOST:PORT")
 		return exitUsage
 	}
+	if _, _, err := net.SplitHostPort(pos[0]); err != nil && !strings.Contains(pos[0], "://") {
+		// a bare host is a question egressd cannot answer: which port, which URL?
+		fmt.Fprintf(stderr, "egressd check: %q: want a URL or host:port (e.g. https://%s/ or %s:443)\n", pos[0], pos[0], pos[0])
+		return exitUsage
+	}
 	p, err := loadPolicy(*cfg)
 	if err != nil {
 		printConfigError(stderr, err)
 		return exitUsage
 	}
-	res := decide(p, pos[0], strings.ToUpper(*method), *ctype)
+	res := decide(p, pos[0], *method, *ctype) // as sent: the proxy decides the same method string
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)

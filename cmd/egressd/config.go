@@ -39,11 +39,23 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// newFlagSet makes a subcommand's flag set; its usage (on -h or a bad
+// flag) lists every flag.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("egressd "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "flags of egressd %s:\n", name)
+		fs.PrintDefaults()
+	}
+	if flagSetMade != nil {
+		flagSetMade(fs)
+	}
 	return fs
 }
+
+// flagSetMade, when set (tests), sees every flag set a command makes.
+var flagSetMade func(*flag.FlagSet)
 
 func configFlag(fs *flag.FlagSet) *string {
 	return fs.String("config", "", "config file (default: the embedded configs/default.yaml)")

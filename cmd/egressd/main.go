@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/sandbox"
 )
 
@@ -25,7 +26,8 @@ const (
 const usage = `usage: egressd <command> [flags]
 
 commands:
-  serve     [--config FILE] [--state-dir DIR] [--walls] [--audit-log FILE] [--no-selftest [--allow-unverified]]
+  serve     [--config FILE] [--state-dir DIR] [--walls] [--walls-interval D]
+            [--audit-log FILE] [--log-level L] [--no-selftest [--allow-unverified]]
                                                 run the proxy, DNS filter and admin endpoint
   run       [--config FILE] -- CMD [ARGS]       run CMD in a sealed sandbox namespace (root)
   check     [--config FILE] [--method M] [--content-type T] [--json] TARGET
@@ -42,6 +44,9 @@ commands:
   audit     verify [--live] [--strict] [--anchor SEQ:HASH] FILE
                                                 check a hash-chained audit log
   healthcheck URL                               exit 0 when URL answers 200 (container HEALTHCHECK)
+  version                                       print the version, VCS revision and Go version (also --version)
+
+egressd <command> --help lists every flag of a command.
 `
 
 func main() {
@@ -65,15 +70,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := args[0], args[1:]
 	if h, ok := commands[cmd]; ok {
+		if wantsHelp(rest) {
+			// the flag set prints the usage and every flag, to stdout:
+			// help that was asked for is not an error
+			h(ctx, rest, stdout, stdout)
+			return exitOK
+		}
 		return h(ctx, rest, stdout, stderr)
 	}
 	switch cmd {
-	case "-h", "--help", "help":
+	case "-h", "--help", "-help", "help":
 		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "--version", "-version", "version":
+		fmt.Fprintln(stdout, daemon.ReadBuildInfo())
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "egressd: unknown command %q\n\n%s", cmd, usage)
 	return exitUsage
+}
+
+// wantsHelp reports whether args ask for help before any "--".
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) int

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -46,7 +48,7 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 	level := fs.String("log-level", "warn", "egressd's own log level (debug, info, warn, error); logs go to stderr")
 	argv, err := parseRunArgs(fs, args)
 	if err != nil || len(argv) == 0 {
-		fmt.Fprintln(stderr, "usage: egressd run [--config FILE] [--user U] -- CMD [ARGS...]")
+		fmt.Fprintln(stderr, "usage: egressd run [--config FILE] [--user U] [--log-level L] -- CMD [ARGS...]")
 		return exitUsage
 	}
 	log, err := newLogger(stderr, *level)
@@ -82,6 +84,9 @@ func parseRunArgs(fs interface{ Parse([]string) error }, args []string) ([]strin
 		if a == "--" {
 			return args[i+1:], fs.Parse(args[:i])
 		}
+	}
+	if err := fs.Parse(args); err != nil { // --help, or a bad flag
+		return nil, err
 	}
 	return nil, errors.New("missing -- before the command")
 }

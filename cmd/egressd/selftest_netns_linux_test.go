@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"cmp"
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
@@ -86,28 +86,11 @@ type stLab struct {
 	dir   string
 	cfg   string
 	state string
-	serve *exec.Cmd
-	logs  *lockedBuf
-	// wrap runs serve under another command (setpriv ... --).
-	wrap []string
-}
-
-// lockedBuf collects serve's log while the test reads it.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	serve *serveProc
+	// wrap runs serve under another command (setpriv ... --); until is
+	// the log line startServe waits for (default: "ready").
+	wrap  []string
+	until string
 }
 
 func newSTLab(t *testing.T) *stLab {
@@ -167,33 +150,14 @@ func (l *stLab) egressd(t *testing.T, cred *syscall.Credential, args ...string) 
 }
 
 // startServe runs `egressd serve --walls` in the gateway and waits until
-// the proxy answers from the sandbox.
+// it is ready.
 func (l *stLab) startServe(t *testing.T, extra ...string) {
 	t.Helper()
-	args := append([]string{l.bin, "serve", "--walls", "--walls-interval", "1h", "--config", l.cfg, "--state-dir", l.state}, extra...)
-	l.serve = sandbox.NSExecCommand(l.bin, l.topo.Gateway.Path(), "", append(slices.Clip(l.wrap), args...))
-	l.logs = &lockedBuf{}
-	l.serve.Stderr = l.logs
-	if err := l.serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.serve.Process.Signal(os.Interrupt)
-		l.serve.Wait()
-		nft.Down(l.topo.Gateway.Fd(), nft.DefaultTable) // the walls outlive serve by design
-		if t.Failed() {
-			t.Logf("serve logs:\n%s", l.serveLogs())
-		}
-	})
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, err := l.topo.DialFromSandbox(t.Context(), "tcp", "198.51.100.1:3128"); err == nil {
-			return
-		}
-	}
-	t.Fatalf("serve did not come up:\n%s", l.serveLogs())
+	t.Cleanup(func() { nft.Down(l.topo.Gateway.Fd(), nft.DefaultTable) }) // the walls outlive serve by design
+	l.serve = startServeWrapped(t, l.topo, l.bin, l.wrap, cmp.Or(l.until, `"msg":"ready"`), append([]string{"--walls", "--walls-interval", "1h", "--config", l.cfg, "--state-dir", l.state}, extra...)...)
 }
 
-func (l *stLab) serveLogs() string { return l.logs.String() }
+func (l *stLab) serveLogs() string { return l.serve.logs.String() }
 
 // readyz returns serve's readiness as the admin endpoint says it.
 func (l *stLab) readyz(t *testing.T) (int, string) {
@@ -305,13 +269,7 @@ func TestSelftestCommand(t *testing.T) {
 func TestServeSelftest(t *testing.T) {
 	l := newSTLab(t)
 	l.startServe(t)
-	var code int
-	var why string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if code, why = l.readyz(t); code != 0 && !strings.HasPrefix(why, "starting") {
-			break
-		}
-	}
+	code, why := l.readyz(t) // serve logged "ready": the boot self-test is done
 	if code != http.StatusOK || !strings.Contains(why, "sealed") {
 		t.Fatalf("after boot: /readyz %d %q, want 200 sealed", code, why)
 	}
@@ -319,11 +277,9 @@ func TestServeSelftest(t *testing.T) {
 	// the reload allowlists the canary host: the new policy leaks. (serve
 	// watches the file; a SIGHUP as well would make two reloads.)
 	l.writeConfig(t, "  - name: canary\n    hosts: [canary-web.test]\n    cidrs: [203.0.113.0/24]\n    pages: [\"*\"]")
-	var logs string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if logs = l.serveLogs(); strings.Contains(logs, "reload rolled back") || strings.Contains(logs, "reload applied") {
-			break
-		}
+	logs, err := l.serve.wait(`"msg":"reload `)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !strings.Contains(logs, "reload rolled back: the new policy leaks") || !strings.Contains(logs, "http-canary") {
 		t.Fatalf("reload with a hole: not rolled back naming http-canary:\n%s", logs)

@@ -48,7 +48,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	auditLog := fs.String("audit-log", "", "also append every decision to FILE as a hash-chained line (egressd audit verify FILE)")
 	walls := fs.Bool("walls", false, "apply the nftables walls for the config's sandbox settings in this namespace (root), keep them in sync, and leave them in place on exit")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
-		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--walls] [--no-selftest [--allow-unverified]]")
+		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--walls] [--walls-interval D] [--audit-log FILE] [--log-level L] [--no-selftest [--allow-unverified]]")
 		return exitUsage
 	}
 	log, err := newLogger(stderr, *level)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
-	"github.com/egressd/egressd/sandbox"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -47,30 +46,12 @@ allow:
     cidrs: [203.0.113.0/24]
     pages: ["*"]
 `), 0o644)
-	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", []string{bin, "serve", "--walls", "--walls-interval", "200ms", "--no-selftest", "--allow-unverified", "--config", cfg, "--state-dir", filepath.Join(dir, "state")})
-	var logs strings.Builder
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-		nft.Down(topo.Gateway.Fd(), nft.DefaultTable) // the walls outlive serve by design
-		if t.Failed() {
-			t.Logf("serve logs:\n%s", logs.String())
-		}
-	})
+	t.Cleanup(func() { nft.Down(topo.Gateway.Fd(), nft.DefaultTable) }) // the walls outlive serve by design
+	serve := startServeIn(t, topo, bin, "--walls", "--walls-interval", "200ms", "--no-selftest", "--allow-unverified", "--config", cfg, "--state-dir", filepath.Join(dir, "state"))
 	proxyURL := &url.URL{Scheme: "http", Host: "198.51.100.1:3128"}
 	client := topo.HTTPClientInSandbox(proxyURL, nil)
 	client.Timeout = 5 * time.Second
-	var resp *http.Response
-	var err error
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if resp, err = client.Get("http://allowed.test/walled"); err == nil {
-			break
-		}
-	}
+	resp, err := client.Get("http://allowed.test/walled")
 	if err != nil {
 		t.Fatalf("through the proxy: %v", err)
 	}
@@ -126,21 +107,11 @@ allow:
 		t.Fatal(err)
 	}
 	// ...and the drift check closes it again
-	var repaired bool
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if drift, err := nft.Counters(topo.Gateway.Fd(), nft.DefaultTable); err == nil && drift != nil {
-			repaired = true
-			break
-		}
-	}
-	if !repaired {
-		t.Fatal("the removed table was not re-applied")
+	if _, err := serve.wait("walls drifted from the spec and were re-applied"); err != nil {
+		t.Fatalf("the removed table was not re-applied: %v", err)
 	}
 	if direct() == nil {
 		t.Fatal("direct TCP connected after the repair")
-	}
-	if !strings.Contains(logs.String(), "walls drifted from the spec") {
-		t.Errorf("the repair was not logged")
 	}
 	// the admin endpoint is reached from the gateway itself, over its lo
 	if h, err := netlink.NewHandleAt(netns.NsHandle(topo.Gateway.Fd())); err == nil {

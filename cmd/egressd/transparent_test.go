@@ -17,40 +17,14 @@ import (
 
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
-	"github.com/egressd/egressd/sandbox"
 )
 
 // startServe runs `egressd serve --walls` in the gateway namespace with cfg
-// and waits until the proxy port answers from the sandbox.
+// until it is ready.
 func startServe(t *testing.T, topo *testnet.Topo, bin, cfg string) func() {
 	t.Helper()
-	dir := filepath.Dir(cfg)
-	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", []string{bin, "serve", "--walls", "--no-selftest", "--allow-unverified", "--config", cfg, "--state-dir", filepath.Join(dir, "state")})
-	var logs strings.Builder
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop := func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("serve logs:\n%s", logs.String())
-		}
-	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		c, err := topo.DialFromSandbox(ctx, "tcp", "198.51.100.1:3128")
-		cancel()
-		if err == nil {
-			c.Close()
-			return stop
-		}
-		if time.Now().After(deadline) {
-			stop()
-			t.Fatalf("serve did not come up: %v\n%s", err, logs.String())
-		}
-	}
+	s := startServeIn(t, topo, bin, "--walls", "--no-selftest", "--allow-unverified", "--config", cfg, "--state-dir", filepath.Join(filepath.Dir(cfg), "state"))
+	return s.stop
 }
 
 // TestTransparentMode: a client with no proxy settings, in the sandbox,

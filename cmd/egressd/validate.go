@@ -26,6 +26,9 @@ func cmdValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 		printConfigError(stderr, err)
 		return exitUsage
 	}
+	for _, w := range p.Warnings() {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", p.Source, w)
+	}
 	fmt.Fprintf(stdout, "%s: ok: %d allow rules, %d identities\n", p.Source, len(p.Rules), len(p.Identities))
 	return exitOK
 }

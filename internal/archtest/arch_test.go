@@ -1,94 +1,225 @@
 package archtest
 
 import (
-	"encoding/json"
-	"io"
-	"os/exec"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 const module = "github.com/egressd/egressd"
 
-type pkg struct {
-	ImportPath string
-	Doc        string
-	Imports    []string
-	Name       string
+// anyPackage in a package's allowed list lets it import every production
+// package of ours: the wiring layers (cmd, bench).
+const anyPackage = "*"
+
+// allowed lists, per package of ours (path relative to the module root),
+// the packages of ours its production code may import. Every package must
+// be listed: a new package fails TestDependencyDirection until its rule is
+// added here. The layers, bottom up:
+//
+//   - leaves, importing nothing of ours: policy, configs, nft, ca,
+//     sandbox, selftest, event (the decision record's schema);
+//   - audit, on event;
+//   - the data path: proxy and dnsfilter, on policy (proxy also on event);
+//   - daemon, the lifecycle around them;
+//   - cmd/egressd and bench, which only wire: anything above.
+//
+// internal/testnet and internal/testutil are for tests only: no production
+// code may import them, whatever this table says.
+var allowed = map[string][]string{
+	"policy":          {"policy/classify"},
+	"policy/classify": {},
+	"configs":         {},
+	"nft":             {},
+	"ca":              {},
+	"sandbox":         {},
+	"audit":           {"event"},
+	"selftest":        {},
+	"event":           {},
+	"proxy":           {"policy", "event"},
+	"dnsfilter":       {"policy"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "selftest", "selftest/plan"},
+	// the self-test plan, its runner, the sandbox side, and the evidence
+	// pack: library code cmd/egressd only wires.
+	"selftest/plan":    {"policy", "selftest"},
+	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
+	"selftest/probe":   {"selftest"},
+	"report":           {"event", "nft", "policy", "selftest"},
+	"deploy":           {},
+
+	"cmd/egressd": {anyPackage},
+	"bench":       {anyPackage},
+
+	"internal/archtest": {},
+	"internal/testnet":  {"sandbox"},
+	"internal/testutil": {},
 }
 
+// testOnly are the packages production code must not import.
+var testOnly = []string{"internal/testnet", "internal/testutil"}
+
+type pkg struct {
+	Rel     string   // path relative to the module root, "" for the root
+	Name    string   // package name
+	Doc     string   // package doc comment
+	Imports []string // production imports, all build tags
+}
+
+// moduleRoot finds the directory holding go.mod above the test's directory.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			t.Fatal("no go.mod above the test directory")
+		}
+		dir = up
+	}
+}
+
+// listPackages parses every non-test Go file of the module (all build
+// tags, so rules hold for every GOOS) and groups them by directory.
 func listPackages(t *testing.T) []pkg {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-json", module+"/...").Output()
+	root := moduleRoot(t)
+	byDir := map[string]*pkg{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly|parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		if rel == "." {
+			rel = ""
+		}
+		p := byDir[rel]
+		if p == nil {
+			p = &pkg{Rel: rel, Name: f.Name.Name}
+			byDir[rel] = p
+		}
+		if f.Doc != nil && p.Doc == "" {
+			p.Doc = f.Doc.Text()
+		}
+		for _, is := range f.Imports {
+			imp, _ := strconv.Unquote(is.Path.Value)
+			if !slices.Contains(p.Imports, imp) {
+				p.Imports = append(p.Imports, imp)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		t.Fatalf("go list: %v", err)
+		t.Fatal(err)
 	}
 	var pkgs []pkg
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	for {
-		var p pkg
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		pkgs = append(pkgs, p)
+	for _, p := range byDir {
+		pkgs = append(pkgs, *p)
+	}
+	slices.SortFunc(pkgs, func(a, b pkg) int { return strings.Compare(a.Rel, b.Rel) })
+	if len(pkgs) < 10 {
+		t.Fatalf("found only %d packages under %s", len(pkgs), root)
 	}
 	return pkgs
 }
 
-// allowed lists, per package, the packages of ours it may import; a
-// package not listed may import any of ours except internal/testnet.
-var allowed = map[string][]string{
-	"policy":    {},
-	"configs":   {},
-	"nft":       {},
-	"ca":        {},
-	"sandbox":   {},
-	"proxy":     {"policy"},
-	"dnsfilter": {"policy"},
-	"selftest":  {},
-	"audit":     {},
-	// the self-test plan and its runner, and the evidence pack: library
-	// code cmd/egressd only wires.
-	"selftest/plan":    {"policy", "selftest"},
-	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
-	"selftest/probe":   {"selftest"},
-	"report":           {"nft", "policy", "selftest"},
+// ours returns the packages of ours that p imports, relative to the module.
+func ours(p pkg) []string {
+	var deps []string
+	for _, imp := range p.Imports {
+		if dep, ok := strings.CutPrefix(imp, module+"/"); ok {
+			deps = append(deps, dep)
+		}
+	}
+	return deps
+}
+
+// violations returns what breaks the rules in pkgs.
+func violations(pkgs []pkg, allowed map[string][]string) []string {
+	var bad []string
+	for _, p := range pkgs {
+		ok, listed := allowed[p.Rel]
+		if !listed {
+			bad = append(bad, "package "+p.Rel+" has no dependency rule: add it, with the packages of ours it may import, to the allowed table in internal/archtest/arch_test.go")
+			continue
+		}
+		for _, dep := range ours(p) {
+			switch {
+			case slices.Contains(testOnly, dep):
+				bad = append(bad, p.Rel+" (production code) imports "+dep+", which is for tests only")
+			case slices.Contains(ok, anyPackage):
+			case !slices.Contains(ok, dep):
+				bad = append(bad, p.Rel+" imports "+dep+": its rule in internal/archtest allows only ["+strings.Join(ok, ", ")+"]")
+			}
+		}
+	}
+	return bad
 }
 
 func TestDependencyDirection(t *testing.T) {
-	for _, p := range listPackages(t) {
-		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
-		ok, limited := allowed[rel]
-		for _, imp := range p.Imports {
-			if !strings.HasPrefix(imp, module+"/") {
-				continue
-			}
-			dep := strings.TrimPrefix(imp, module+"/")
-			if dep == "internal/testnet" {
-				t.Errorf("%s (production code) imports internal/testnet", rel)
-			}
-			if limited && !contains(ok, dep) {
-				t.Errorf("%s imports %s: DESIGN.md allows only %v", rel, dep, ok)
-			}
+	for _, v := range violations(listPackages(t), allowed) {
+		t.Error(v)
+	}
+}
+
+// TestRules: the rule check itself catches an unlisted package, a
+// forbidden import and a test helper in production code.
+func TestRules(t *testing.T) {
+	pkgs := []pkg{
+		{Rel: "policy", Imports: []string{"fmt"}},
+		{Rel: "proxy", Imports: []string{module + "/policy", module + "/nft"}},
+		{Rel: "daemon", Imports: []string{module + "/internal/testutil"}},
+		{Rel: "newpkg"},
+		{Rel: "cmd/egressd", Imports: []string{module + "/nft", module + "/internal/testnet"}},
+	}
+	rules := map[string][]string{"policy": {}, "proxy": {"policy"}, "daemon": {"internal/testutil"}, "cmd/egressd": {anyPackage}}
+	got := strings.Join(violations(pkgs, rules), "\n")
+	for _, want := range []string{
+		"proxy imports nft",
+		"daemon (production code) imports internal/testutil",
+		"package newpkg has no dependency rule: add it",
+		"cmd/egressd (production code) imports internal/testnet",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("violations do not say %q:\n%s", want, got)
 		}
+	}
+	if n := len(strings.Split(got, "\n")); n != 4 {
+		t.Errorf("%d violations, want 4:\n%s", n, got)
 	}
 }
 
 func TestPackageDocs(t *testing.T) {
 	for _, p := range listPackages(t) {
 		if !strings.HasPrefix(p.Doc, "Package "+p.Name) && !(p.Name == "main" && strings.HasPrefix(p.Doc, "Command ")) {
-			t.Errorf("%s: package doc %q must start with \"Package %s\"", p.ImportPath, p.Doc, p.Name)
+			t.Errorf("%s: package doc %q must start with \"Package %s\"", p.Rel, p.Doc, p.Name)
 		}
 	}
-}
-
-func contains(l []string, s string) bool {
-	for _, v := range l {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

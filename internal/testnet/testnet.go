@@ -179,6 +179,27 @@ func RequireRoot(t testing.TB) {
 // geteuid is replaced in tests of RequireRoot.
 var geteuid = os.Geteuid
 
+// RootCookie returns the cookie of the machine's root network namespace
+// (see [sandbox.RootCookie]), which tests compare their namespaces against.
+// Where it cannot be identified — not in the init namespace, and PID 1's
+// namespace hidden, as in many containers — the test is skipped with the
+// reason, even under EGRESSD_REQUIRE_NETNS=1: that is the environment, not
+// a missing privilege, and a test that cannot tell the root namespace apart
+// must not run.
+func RootCookie(t testing.TB) uint64 {
+	t.Helper()
+	c, err := rootCookie()
+	if err != nil {
+		t.Skip("cannot identify the machine's root network namespace, so this test cannot prove it stays out of it: " +
+			err.Error() + " (this process is not in the init namespace and /proc/1/ns/net is unreadable, as in many containers; run the tests in the init namespace or where PID 1's namespace is readable)")
+		return 0
+	}
+	return c
+}
+
+// rootCookie is replaced in tests of RootCookie.
+var rootCookie = sandbox.RootCookie
+
 var (
 	seq          atomic.Uint64
 	cleanupStale sync.Once

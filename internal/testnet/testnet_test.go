@@ -3,6 +3,7 @@ package testnet
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -397,6 +398,25 @@ func TestRequireRoot(t *testing.T) {
 				t.Errorf("message %q does not say how to run the test", msg)
 			}
 		})
+	}
+}
+
+// TestRootCookieSkips: an unidentifiable root namespace skips the test with
+// the reason, also under EGRESSD_REQUIRE_NETNS=1, and never fails it.
+func TestRootCookieSkips(t *testing.T) {
+	t.Setenv("EGRESSD_REQUIRE_NETNS", "1")
+	saved := rootCookie
+	defer func() { rootCookie = saved }()
+	rootCookie = func() (uint64, error) { return 0, errors.New("open /proc/1/ns/net: permission denied") }
+	f := &fakeTB{TB: t}
+	RootCookie(f)
+	if f.failed != "" || !strings.Contains(f.skipped, "/proc/1/ns/net: permission denied") || !strings.Contains(f.skipped, "root network namespace") {
+		t.Errorf("got skip %q, fatal %q; want a skip naming the cause", f.skipped, f.failed)
+	}
+	rootCookie = func() (uint64, error) { return 42, nil }
+	f = &fakeTB{TB: t}
+	if got := RootCookie(f); got != 42 || f.skipped != "" || f.failed != "" {
+		t.Errorf("readable: got %d, skip %q, fatal %q", got, f.skipped, f.failed)
 	}
 }
 

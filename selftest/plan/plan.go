@@ -182,22 +182,6 @@ func ruleHost(r *policy.Rule) string {
 	return ""
 }
 
-// publish is, per mirror ecosystem, the request that publishes or uploads
-// to it. The probes carry no credentials and no real package: a registry
-// that ever received one would refuse it.
-var publish = map[policy.Mirror]struct{ method, path, ctype, body string }{
-	policy.MirrorPyPI:     {"POST", "/legacy/", "multipart/form-data; boundary=egressd", "--egressd\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n--egressd--\r\n"},
-	policy.MirrorNPM:      {"PUT", "/egressd-selftest", "application/json", `{"name":"egressd-selftest","versions":{}}`},
-	policy.MirrorCrates:   {"PUT", "/api/v1/crates/new", "application/octet-stream", "\x00\x00\x00\x00"},
-	policy.MirrorRubyGems: {"POST", "/api/v1/gems", "application/octet-stream", "egressd-selftest"},
-	policy.MirrorMaven:    {"PUT", "/maven2/org/egressd/selftest/0.0.0/selftest-0.0.0.jar", "application/java-archive", "egressd-selftest"},
-	policy.MirrorGoProxy:  {"PUT", "/example.com/egressd-selftest/@v/v0.0.0.zip", "application/zip", "egressd-selftest"},
-	policy.MirrorApt:      {"PUT", "/pool/main/e/egressd-selftest/egressd-selftest_0.0.0_all.deb", "application/vnd.debian.binary-package", "egressd-selftest"},
-	policy.MirrorOCI:      {"POST", "/v2/egressd/selftest/blobs/uploads/", "application/octet-stream", ""},
-	policy.MirrorGit:      {"POST", "/egressd/selftest.git/git-receive-pack", "application/x-git-receive-pack-request", "0000"},
-	policy.MirrorGeneric:  {"PUT", "/egressd-selftest", "application/octet-stream", "egressd-selftest"},
-}
-
 // pageProbes are the write pages a page-type rule must refuse unless it
 // allows that page type.
 var pageProbes = []struct {
@@ -243,8 +227,9 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 			continue
 		}
 		if r.Mirror != policy.MirrorNone {
-			if q, ok := publish[r.Mirror]; ok {
-				add("mirror-publish/"+r.Name, fmt.Sprintf("proxy: %s publish on mirror rule %s", r.Mirror, r.Name), base, q.method, q.path, q.ctype, q.body)
+			// Each ecosystem declares its publish probe (policy/classify).
+			if q, ok := policy.PublishProbe(r.Mirror); ok {
+				add("mirror-publish/"+r.Name, fmt.Sprintf("proxy: %s publish on mirror rule %s", r.Mirror, r.Name), base, q.Method, q.Path, q.ContentType, q.Body)
 			}
 			continue
 		}

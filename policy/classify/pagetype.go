@@ -1,4 +1,4 @@
-package policy
+package classify
 
 // Page types (DESIGN.md step 4; research/MIRRORS-PAGETYPES.md §B.2): one
 // PageType per request, from method, path, query, Content-Type and host,
@@ -15,20 +15,27 @@ package policy
 
 import (
 	"bytes"
+	"slices"
 	"strings"
+	"sync"
 )
 
 // pgReadOnlyPOST names a request made with POST that only reads. These are
 // the only non-GET/HEAD/OPTIONS requests ClassifyPage ever calls read or
-// download.
+// download, and only when the rule opts in (Request.ReadPosts): a POST body
+// is a channel wherever it is allowed, so it is allowed only where a rule
+// says so, and CheckReadPostBody then holds the body to what the protocol
+// sends.
 type pgReadOnlyPOST struct {
-	ID          string   // the signal ClassifyPage returns
+	ID          string   // the signal ClassifyPage returns; the opt-in name is ID without "readpost:"
 	Host        string   // exact host; "" for any host (self-hosted software)
 	Paths       []string // raw-path patterns: "*" is one segment, a leading "**" any prefix
 	ContentType string   // required media type; "" only with MaxBody 0 (no body)
 	MaxBody     int64    // Content-Length cap; an unknown (chunked) length never matches
 	QueryKeys   []string // the only query keys allowed, spelled raw; nil: no query
 	Page        PageType // PageRead or PageDownload
+	// Body checks the buffered body (at most MaxBody bytes); nil with MaxBody 0.
+	Body func(body []byte) (bool, string)
 }
 
 // readOnlyPOSTs is the explicit list of read-only POSTs. GraphQL endpoints
@@ -37,17 +44,63 @@ type pgReadOnlyPOST struct {
 var readOnlyPOSTs = []pgReadOnlyPOST{
 	// git fetch/clone negotiation (gitprotocol-http(5)). git switches to a
 	// chunked body above http.postBuffer (1 MiB), so the cap matches it.
+	// Implied by mirror: git.
 	{ID: "readpost:git-upload-pack", Paths: []string{"**/git-upload-pack"},
-		ContentType: "application/x-git-upload-pack-request", MaxBody: 1 << 20, Page: PageDownload},
+		ContentType: uploadPackType, MaxBody: uploadPackBodyCap, Page: PageDownload, Body: checkUploadPackBody},
 	// Jira issue search (JQL in a JSON body), on any Jira host.
 	{ID: "readpost:jira-search", Paths: []string{"**/rest/api/*/search", "**/rest/api/*/search/jql"},
-		ContentType: "application/json", MaxBody: 64 << 10, Page: PageRead},
+		ContentType: "application/json", MaxBody: jiraSearchBodyCap, Page: PageRead, Body: checkJiraSearch},
 	// Hugging Face file metadata, as huggingface_hub asks for it.
 	{ID: "readpost:hf-paths-info", Host: "huggingface.co", Paths: []string{"/api/*/*/*/paths-info/*", "/api/*/*/paths-info/*"},
-		ContentType: "application/x-www-form-urlencoded", MaxBody: 256 << 10, Page: PageRead},
+		ContentType: "application/x-www-form-urlencoded", MaxBody: hfPathsInfoBodyCap, Page: PageRead, Body: checkHFPathsInfo},
 	// Sonatype Central deployment status (?id=… in the query, no body).
 	{ID: "readpost:sonatype-status", Host: "central.sonatype.com", Paths: []string{"/api/v1/publisher/status"},
 		QueryKeys: []string{"id"}, Page: PageRead},
+}
+
+// ReadPostNames lists the names a rule's read_posts may hold.
+func ReadPostNames() []string {
+	out := make([]string, 0, len(readOnlyPOSTs))
+	for _, e := range readOnlyPOSTs {
+		out = append(out, strings.TrimPrefix(e.ID, "readpost:"))
+	}
+	return out
+}
+
+// ReadPostBodyCap returns how much body the read-only POST that signal
+// names may carry (0: none; the proxy then forwards no body).
+func ReadPostBodyCap(signal string) int64 {
+	if e := readPostBySignal(signal); e != nil {
+		return e.MaxBody
+	}
+	return 0
+}
+
+// CheckReadPostBody checks the buffered body of a request ClassifyPage
+// called a read-only POST with signal.
+func CheckReadPostBody(signal string, body []byte) (bool, string) {
+	e := readPostBySignal(signal)
+	switch {
+	case e == nil:
+		return false, "no read-only POST " + signal
+	case int64(len(body)) > e.MaxBody:
+		return false, e.ID + ": body over cap"
+	case e.Body == nil:
+		if len(body) == 0 {
+			return true, ""
+		}
+		return false, e.ID + ": takes no body"
+	}
+	return e.Body(body)
+}
+
+func readPostBySignal(signal string) *pgReadOnlyPOST {
+	for i := range readOnlyPOSTs {
+		if readOnlyPOSTs[i].ID == signal {
+			return &readOnlyPOSTs[i]
+		}
+	}
+	return nil
 }
 
 // ClassifyPage returns the page type of r and the id of the signal that
@@ -70,13 +123,17 @@ func ClassifyPage(r *Request) (PageType, string) {
 		}
 	}
 
-	var buf [2 * 256]byte
-	var segs [32]pgSpan
-	p := pgParsePath(r.Path, buf[:0], segs[:0])
-	var q pgQuery
-	q.scan(r.Query)
+	// The parsed path and query go to each ecosystem's known writes through
+	// function values, so they would escape; a pooled scratch keeps the
+	// call allocation-free.
+	sc := pgPool.Get().(*pgScratch)
+	defer pgPool.Put(sc)
+	sc.p = pgParsePath(r.Path, sc.buf[:0], sc.segs[:0])
+	sc.q = pgQuery{}
+	sc.q.scan(r.Query)
+	p, q := &sc.p, &sc.q
 
-	if t, why := pgKnownWrite(r, &p, &q, safe); why != "" {
+	if t, why := pgKnownWrite(r, p, q, safe); why != "" {
 		return t, why
 	}
 
@@ -87,7 +144,7 @@ func ClassifyPage(r *Request) (PageType, string) {
 	hr := pgHostLabels[label]
 	var s pgSignals
 	if !hr.content && !pgContentHosts[r.Host] {
-		s.walk(&p, r.Host, safe)
+		s.walk(p, r.Host, safe)
 	} else if len(p.segs) > 0 {
 		// Content hosts name topics in their paths, but a first segment
 		// that is an account function is that function there too: an
@@ -220,11 +277,21 @@ func ClassifyPage(r *Request) (PageType, string) {
 	if hr.page == PageDownload {
 		return PageDownload, hr.why
 	}
-	if why := pgDownload(r, &p, &q); why != "" {
+	if why := pgDownload(r, p, q); why != "" {
 		return PageDownload, why
 	}
 	return PageRead, "default"
 }
+
+// pgScratch is ClassifyPage's working memory.
+type pgScratch struct {
+	buf  [2 * 256]byte
+	segs [32]pgSpan
+	p    pgPath
+	q    pgQuery
+}
+
+var pgPool = sync.Pool{New: func() any { return new(pgScratch) }}
 
 // pgReadOnly returns the readOnlyPOSTs entry r matches, or nil. Only a raw
 // path with nothing to decode or resolve can match, so no spelling of a
@@ -235,10 +302,13 @@ func pgReadOnly(r *Request) *pgReadOnlyPOST {
 	}
 	for i := range readOnlyPOSTs {
 		e := &readOnlyPOSTs[i]
+		if !slices.Contains(r.ReadPosts, e.ID[len("readpost:"):]) {
+			continue // not opted in by the rule
+		}
 		if r.ContentLength > e.MaxBody || e.Host != "" && e.Host != r.Host {
 			continue
 		}
-		if e.ContentType != "" && !strings.EqualFold(pgMediaType(r.ContentType), e.ContentType) {
+		if e.ContentType != "" && !strings.EqualFold(mediaType(r.ContentType), e.ContentType) {
 			continue
 		}
 		if !pgQueryKeysIn(r.Query, e.QueryKeys) {
@@ -324,82 +394,15 @@ func pgMatch(pat, path string) bool {
 }
 
 // pgKnownWrite is the table of endpoints that the generic rules get wrong:
-// git push, registry publish and token APIs, OCI pushes, webhook sinks. It
-// only ever returns write types, so it cannot hide a signal.
+// each ecosystem's publish, upload and token endpoints (declared in its
+// eco_<name>.go file), then model hubs and webhook sinks. It only ever
+// returns write types, so it cannot hide a signal.
 func pgKnownWrite(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, string) {
+	if t, why := ecosystemKnownWrites(r, p, q, safe); why != "" {
+		return t, why
+	}
 	n := len(p.segs)
-	last := n - 1
-	if p.is(last, "git-receive-pack") || q.receivePack ||
-		strings.EqualFold(pgMediaType(r.ContentType), "application/x-git-receive-pack-request") {
-		return PagePublish, "known:git-receive-pack"
-	}
-	if i := p.index("lfs"); !safe && i > 0 && p.is(i-1, "info") {
-		return PageUpload, "known:git-lfs" // the batch body may say upload; we do not see it
-	}
-	if q.scopeWrite && p.is(last, "token") {
-		return PageLogin, "known:registry-token-write"
-	}
-	if q.writeTrue {
-		return PagePublish, "query:write=true" // npm reads the packument this way only to PUT it back
-	}
-	if p.is(0, "v2") {
-		for i := 2; i < n; i++ {
-			if p.is(i, "blobs") && p.is(i+1, "uploads") {
-				return PageUpload, "known:oci-blob-upload"
-			}
-			if !safe && (p.is(i, "manifests") || p.is(i, "blobs")) {
-				return PagePublish, "known:oci-push"
-			}
-		}
-	}
-	// npm registries (the public one and its mirrors live on a host named
-	// registry.<domain>) keep their account API under /-/.
-	if strings.HasPrefix(r.Host, "registry.") {
-		dash := p.is(0, "-")
-		if dash && (p.is(1, "user") || p.is(1, "v1") && p.is(2, "login") ||
-			p.is(1, "npm") && p.is(2, "v1") && (p.is(3, "tokens") || p.is(3, "oidc") || p.is(3, "user"))) {
-			return PageLogin, "known:npm-login"
-		}
-		if !safe && !(dash && p.is(1, "npm")) {
-			return PagePublish, "known:npm-publish" // PUT /<pkg>, dist-tags, unpublish
-		}
-	}
 	switch r.Host {
-	case "upload.pypi.org":
-		return PagePublish, "known:pypi-upload"
-	case "pypi.org", "test.pypi.org":
-		if p.is(0, "_") && p.is(1, "oidc") {
-			return PageLogin, "known:pypi-oidc"
-		}
-		if !safe && p.is(0, "legacy") {
-			return PagePublish, "known:pypi-upload"
-		}
-	case "crates.io":
-		if !p.is(0, "api") || !p.is(1, "v1") {
-			break
-		}
-		switch {
-		case p.is(2, "me") && p.is(3, "tokens"), p.is(2, "trusted_publishing"):
-			return PageLogin, "known:crates-token"
-		case safe || !p.is(2, "crates"):
-		case p.is(3, "new"), p.is(last, "yank"), p.is(last, "unyank"):
-			return PagePublish, "known:crates-publish"
-		case p.is(last, "owners"):
-			return PageAdmin, "known:crates-owners"
-		}
-	case "rubygems.org":
-		if !p.is(0, "api") || !p.is(1, "v1") {
-			break
-		}
-		switch {
-		case p.is(2, "api_key"), p.is(2, "api_key.json"):
-			return PageLogin, "known:rubygems-api-key" // a GET that returns the account's key
-		case safe || !p.is(2, "gems"):
-		case p.is(last, "owners"):
-			return PageAdmin, "known:rubygems-owners"
-		default:
-			return PagePublish, "known:rubygems-push"
-		}
 	case "huggingface.co", "hf.co":
 		if !p.is(0, "api") {
 			break
@@ -476,7 +479,7 @@ const (
 )
 
 func pgContentKind(ct string) int {
-	mt := pgMediaType(ct)
+	mt := mediaType(ct)
 	var b [64]byte
 	if len(mt) > len(b) {
 		return pgOtherBody
@@ -498,14 +501,6 @@ func pgContentKind(ct string) int {
 		return pgBinary
 	}
 	return pgOtherBody
-}
-
-// pgMediaType is ct without parameters or surrounding blanks.
-func pgMediaType(ct string) string {
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	return strings.Trim(ct, " \t")
 }
 
 func pgLower(dst []byte, s string) []byte {
@@ -611,6 +606,13 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 	if bytes.Contains(p.b, []byte("%u")) || bytes.Contains(p.b, []byte("%U")) {
 		p.weird = true // IIS %uXXXX escapes
 	}
+	if pgNonASCII(p.b) {
+		// Fold compatibility forms and confusables; a path that needed it
+		// loses the rules that remove signals, like any other odd spelling.
+		if f, changed := foldUnicode(p.b); changed {
+			p.b, p.weird = append(p.b[:0], f...), true
+		}
+	}
 	p.half = len(p.b)
 	for i := 0; i < p.half; i++ {
 		c := p.b[i]
@@ -653,14 +655,23 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 	return p
 }
 
+func pgNonASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return true
+		}
+	}
+	return false
+}
+
 // pgUnescape decodes %XX escapes in place. sep reports a decoded '/', '\\',
 // '.', ';' or control byte: spellings that hide structure.
 func pgUnescape(b []byte) (out []byte, changed, sep bool) {
 	w := 0
 	for r := 0; r < len(b); r++ {
 		c := b[r]
-		if c == '%' && r+2 < len(b) && pgHex(b[r+1]) >= 0 && pgHex(b[r+2]) >= 0 {
-			c = byte(pgHex(b[r+1])<<4 | pgHex(b[r+2]))
+		if c == '%' && r+2 < len(b) && unhex(b[r+1]) >= 0 && unhex(b[r+2]) >= 0 {
+			c = byte(unhex(b[r+1])<<4 | unhex(b[r+2]))
 			r += 2
 			changed = true
 			// 0xC0 and 0xC1 start overlong UTF-8 ("%c0%ae" is '.' to old IIS).
@@ -672,18 +683,6 @@ func pgUnescape(b []byte) (out []byte, changed, sep bool) {
 		w++
 	}
 	return b[:w], changed, sep
-}
-
-func pgHex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c - 'a' + 10)
-	case 'A' <= c && c <= 'F':
-		return int(c - 'A' + 10)
-	}
-	return -1
 }
 
 func (p *pgPath) orig(i int) []byte { return p.b[p.segs[i].lo:p.segs[i].hi] }
@@ -885,7 +884,11 @@ func (s *pgSignals) walk(p *pgPath, host string, safe bool) {
 		case pgHasPrefix(low, "oauth."):
 			pgSet(&s.oauth, "path:oauth.") // Slack's oauth.v2.access
 		}
-		s.segment(p.orig(i), low, relaxed || i < 2 || i == last, relaxed || i == last, safe)
+		// On a namespace host the first segment after the owner and
+		// repository names is the site route (/<owner>/<repo>/upload/<branch>):
+		// it counts like a first segment.
+		routeAt := skipHi > 0 && i == skipHi
+		s.segment(p.orig(i), low, relaxed || i < 2 || i == last || routeAt, relaxed || i == last, safe)
 	}
 }
 
@@ -1197,8 +1200,8 @@ func pgDecode(dst []byte, s string) (out []byte, ok bool) {
 		switch {
 		case c == '+':
 			c = ' '
-		case c == '%' && i+2 < len(s) && pgHex(s[i+1]) >= 0 && pgHex(s[i+2]) >= 0:
-			c = byte(pgHex(s[i+1])<<4 | pgHex(s[i+2]))
+		case c == '%' && i+2 < len(s) && unhex(s[i+1]) >= 0 && unhex(s[i+2]) >= 0:
+			c = byte(unhex(s[i+1])<<4 | unhex(s[i+2]))
 			i += 2
 		}
 		dst = append(dst, c)
@@ -1227,8 +1230,8 @@ func pgHasMutation(v string) bool {
 		switch {
 		case c == '+':
 			c = ' '
-		case c == '%' && i+2 < len(v) && pgHex(v[i+1]) >= 0 && pgHex(v[i+2]) >= 0:
-			c = byte(pgHex(v[i+1])<<4 | pgHex(v[i+2]))
+		case c == '%' && i+2 < len(v) && unhex(v[i+1]) >= 0 && unhex(v[i+2]) >= 0:
+			c = byte(unhex(v[i+1])<<4 | unhex(v[i+2]))
 			i += 2
 		}
 		if 'A' <= c && c <= 'Z' {

@@ -1,4 +1,4 @@
-package policy
+package classify
 
 import (
 	"bytes"
@@ -396,7 +396,7 @@ var pathTrickCases = []mirrorCase{
 func TestCheckMirrorPathTricks(t *testing.T) { runMirror(t, MirrorGeneric, pathTrickCases) }
 
 func TestCheckMirrorUnknownEcosystem(t *testing.T) {
-	for _, m := range []Mirror{MirrorNone, numMirrors, 200} {
+	for _, m := range []Mirror{MirrorNone, Mirror(len(ecosystems)), 200} {
 		got := CheckMirror(m, &Request{Method: "GET", Path: "/"}, nil)
 		if got.Allow || got.Reason != "mirror: unknown ecosystem" {
 			t.Errorf("CheckMirror(%d) = %+v, want deny %q", m, got, "mirror: unknown ecosystem")
@@ -473,7 +473,7 @@ func TestCheckMirrorBody(t *testing.T) {
 		{"lfs escaped key", MirrorGit, batch, []byte(`{"operation":"download","operatio\u006e":"upload"}`), false, "lfs batch: duplicate key"},
 		{"lfs missing operation", MirrorGit, batch, []byte(`{"objects":[]}`), false, "lfs batch: operation must be download"},
 		{"lfs unknown key", MirrorGit, batch, []byte(`{"operation":"download","data":"c2VjcmV0"}`), false, "lfs batch: unexpected key"},
-		{"lfs free-text oid", MirrorGit, batch, []byte(`{"operation":"download","objects":[{"oid":"secret","size":1}]}`), false, "lfs batch: bad JSON"},
+		{"lfs free-text oid", MirrorGit, batch, []byte(`{"operation":"download","objects":[{"oid":"secret","size":1}]}`), false, "lfs batch: bad value of objects"},
 		{"lfs trailing data", MirrorGit, batch, []byte(`{"operation":"download"}{"operation":"upload"}`), false, "lfs batch: trailing data"},
 		{"lfs not JSON", MirrorGit, batch, []byte(`operation=download`), false, "lfs batch: body is not a JSON object"},
 		{"lfs over cap", MirrorGit, batch, make([]byte, lfsBatchBodyCap+1), false, "lfs batch body: over cap"},

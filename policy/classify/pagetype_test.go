@@ -1,4 +1,4 @@
-package policy
+package classify
 
 import (
 	"regexp"
@@ -324,7 +324,9 @@ func pageRequest(method, rawURL, ct string, n int64) *Request {
 	if n == 0 && ct != "" {
 		n = 100
 	}
-	return &Request{Method: method, Host: host, Port: 443, Path: path, Query: query, ContentType: ct, ContentLength: n}
+	// The table classifies as a rule that opts in to every read-only POST
+	// would; TestReadPostsNeedOptIn covers rules that do not.
+	return &Request{Method: method, Host: host, Port: 443, Path: path, Query: query, ContentType: ct, ContentLength: n, ReadPosts: ReadPostNames()}
 }
 
 func TestClassifyPage(t *testing.T) {

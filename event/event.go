@@ -1,0 +1,71 @@
+// Package event defines the decision event: the one log record the proxy
+// writes per decision (message "decision"), its keys and their meaning.
+// The proxy's log writer, the audit chain and the report's log parser all
+// use it, so a key is named once. To add a key: a constant here, a field
+// in Record with the same JSON name (TestRecordKeys checks), and the
+// proxy's writer.
+package event
+
+import "time"
+
+// Msg is the log message of a decision record.
+const Msg = "decision"
+
+// The keys of a decision record, in the order the proxy writes them.
+const (
+	KeyIdentity  = "identity"  // who asked: the sandbox's identity or source address
+	KeyMethod    = "method"    // HTTP method, CONNECT, or TLS (transparent)
+	KeyHost      = "host"      // the target host
+	KeyPort      = "port"      // the target port
+	KeyPath      = "path"      // the request path, truncated
+	KeyPageType  = "page_type" // the page type the policy saw
+	KeyRule      = "rule"      // the matching rule's name, "" when none
+	KeyDecision  = "decision"  // Allow or Deny
+	KeyReason    = "reason"    // a policy.Reason name
+	KeyHighRisk  = "high_risk" // the target is on the high-risk list
+	KeyStatus    = "status"    // the HTTP status the client got (0: tunnel closed)
+	KeyBytesIn   = "bytes_in"  // bytes from the upstream
+	KeyBytesOut  = "bytes_out" // bytes to the upstream
+	KeyBytes     = "bytes"     // bytes_in + bytes_out
+	KeyDetail    = "detail"    // what fired, in words
+	KeyInspected = "inspected" // the request was read inside an inspected tunnel
+)
+
+// Keys lists every key of a full decision record, in order.
+func Keys() []string {
+	return []string{KeyIdentity, KeyMethod, KeyHost, KeyPort, KeyPath, KeyPageType, KeyRule, KeyDecision,
+		KeyReason, KeyHighRisk, KeyStatus, KeyBytesIn, KeyBytesOut, KeyBytes, KeyDetail, KeyInspected}
+}
+
+// Values of KeyDecision.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+// Record is a decision record as read back from a JSON log line. The
+// time, level and msg keys are slog's.
+type Record struct {
+	Time      time.Time `json:"time"`
+	Level     string    `json:"level"`
+	Msg       string    `json:"msg"`
+	Identity  string    `json:"identity"`
+	Method    string    `json:"method"`
+	Host      string    `json:"host"`
+	Port      int       `json:"port"`
+	Path      string    `json:"path"`
+	PageType  string    `json:"page_type"`
+	Rule      string    `json:"rule"`
+	Decision  string    `json:"decision"`
+	Reason    string    `json:"reason"`
+	HighRisk  bool      `json:"high_risk"`
+	Status    int       `json:"status"`
+	BytesIn   int64     `json:"bytes_in"`
+	BytesOut  int64     `json:"bytes_out"`
+	Bytes     int64     `json:"bytes"`
+	Detail    string    `json:"detail"`
+	Inspected bool      `json:"inspected"`
+}
+
+// IsDecision reports whether r is a decision record (not another log line).
+func (r *Record) IsDecision() bool { return r.Msg == Msg }

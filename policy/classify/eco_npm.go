@@ -1,0 +1,168 @@
+package classify
+
+import "strings"
+
+// MirrorNPM is the npm registry protocol.
+var MirrorNPM = register(&ecosystem{
+	name:        "npm",
+	grammar:     checkNPM,
+	knownWrites: npmKnownWrites,
+	headers:     []string{"Npm-Command", "Npm-Session", "Npm-Scope", "Npm-In-Ci", "Npm-Auth-Type", "Referer", "Pacote-Version", "Pacote-Req-Type", "Pacote-Pkg-Id", "Pacote-Integrity"},
+	publish:     Probe{"PUT", "/egressd-selftest", "application/json", `{"name":"egressd-selftest","versions":{}}`},
+})
+
+// npmKnownWrites: npm registries (the public one and its mirrors live on a
+// host named registry.<domain>) keep their account API under /-/, and take
+// publish, dist-tag and unpublish as writes to the package URL.
+func npmKnownWrites(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, string) {
+	if q.writeTrue {
+		return PagePublish, "query:write=true" // npm reads the packument this way only to PUT it back
+	}
+	if !strings.HasPrefix(r.Host, "registry.") {
+		return PageRead, ""
+	}
+	dash := p.is(0, "-")
+	if dash && (p.is(1, "user") || p.is(1, "v1") && p.is(2, "login") ||
+		p.is(1, "npm") && p.is(2, "v1") && (p.is(3, "tokens") || p.is(3, "oidc") || p.is(3, "user"))) {
+		return PageLogin, "known:npm-login"
+	}
+	if !safe && !(dash && p.is(1, "npm")) {
+		return PagePublish, "known:npm-publish" // PUT /<pkg>, dist-tags, unpublish
+	}
+	return PageRead, ""
+}
+
+// npm (A.2): packuments, version manifests, tarballs whose file name repeats
+// the package name, and the dist-tags read. Every other /-/ endpoint is a
+// login, token, audit or admin call.
+
+func checkNPM(c *mirrorCheck) MirrorVerdict {
+	s := c.segs()
+	if len(s) == 0 {
+		return mdeny("npm: path outside download grammar")
+	}
+	if s[0] == "-" {
+		return checkNPMDash(c, s)
+	}
+	// The npm CLI sends ?write=true only before it PUTs the document back
+	// (publish retry, deprecate, owner, dist-tag): A.0(3).
+	for q := c.r.Query; q != ""; {
+		var k string
+		k, _, q = cutParam(q)
+		if k == "write" {
+			return mdeny("npm write fetch: ?write=true")
+		}
+	}
+	name, rest, ok := npmPackage(s)
+	if !ok {
+		return mdeny("npm: path outside download grammar")
+	}
+	for _, x := range rest {
+		if x == "-rev" {
+			return mdeny("npm unpublish/owner change: /<pkg>/-rev/<rev>")
+		}
+	}
+	if !c.read {
+		if len(rest) == 0 {
+			switch c.r.Method {
+			case "PUT":
+				return mdeny("npm publish: PUT /<pkg>")
+			case "DELETE":
+				return mdeny("npm unpublish: DELETE /<pkg>")
+			}
+		}
+		return mdeny(methodReason(c.r.Method))
+	}
+	if c.r.Query != "" {
+		return mdeny(rNoQuery)
+	}
+	if !c.p.dir {
+		switch len(rest) {
+		case 0:
+			return mallow
+		case 1:
+			if rest[0][0] != '-' && csNPMVer.span(rest[0], 64) {
+				return mallow
+			}
+		case 2:
+			if rest[0] == "-" && npmTarball(rest[1], name) {
+				return mallow
+			}
+		}
+	}
+	return mdeny("npm: path outside download grammar")
+}
+
+func checkNPMDash(c *mirrorCheck, s []string) MirrorVerdict {
+	if len(s) < 2 {
+		return mdeny("npm: /-/ endpoint outside download grammar")
+	}
+	switch s[1] {
+	case "package":
+		_, rest, ok := npmPackage(s[2:])
+		if ok && len(rest) > 0 && rest[0] == "dist-tags" {
+			if len(rest) == 1 && c.read && c.r.Query == "" && !c.p.dir {
+				return mallow
+			}
+			return mdeny("npm dist-tag: /-/package/<pkg>/dist-tags/<tag>")
+		}
+		return mdeny("npm access/trust change: /-/package/<pkg>/...")
+	case "user":
+		return mdeny("npm login/adduser: /-/user/")
+	case "whoami":
+		return mdeny("npm whoami: /-/whoami")
+	case "v1":
+		if len(s) > 2 && s[2] == "login" {
+			return mdeny("npm login: /-/v1/login")
+		}
+	case "npm":
+		if len(s) > 3 && s[2] == "v1" {
+			switch s[3] {
+			case "tokens":
+				return mdeny("npm token: /-/npm/v1/tokens")
+			case "security":
+				return mdeny("npm audit: /-/npm/v1/security/")
+			case "oidc":
+				return mdeny("npm trusted-publishing token: /-/npm/v1/oidc/")
+			case "user":
+				return mdeny("npm profile: /-/npm/v1/user")
+			}
+		}
+	case "org", "team":
+		return mdeny("npm admin: /-/org/, /-/team/")
+	}
+	return mdeny("npm: /-/ endpoint outside download grammar")
+}
+
+// npmPackage splits a (scoped) package name off s and returns the name
+// without its scope and the segments after it.
+func npmPackage(s []string) (name string, rest []string, ok bool) {
+	if len(s) == 0 {
+		return "", nil, false
+	}
+	if s[0][0] != '@' {
+		return s[0], s[1:], isNPMName(s[0], 214)
+	}
+	scope := s[0][1:]
+	if len(s) < 2 || !isNPMName(scope, 213) || !isNPMName(s[1], 213) || len(s[0])+1+len(s[1]) > 214 {
+		return "", nil, false
+	}
+	return s[1], s[2:], true
+}
+
+// isNPMName accepts [A-Za-z0-9~-][A-Za-z0-9._~-]*. A.2 allows lower case
+// only; legacy names such as JSONStream still carry capitals.
+func isNPMName(s string, max int) bool {
+	return csNPMName.span(s, max) && s[0] != '.' && s[0] != '_'
+}
+
+// npmTarball checks <name>-<version>.tgz for the package <name> (A.12:
+// the file name adds no free text).
+func npmTarball(file, name string) bool {
+	v, ok := strings.CutPrefix(file, name)
+	if !ok || len(v) < 2 || v[0] != '-' {
+		return false
+	}
+	v, ok = strings.CutSuffix(v[1:], ".tgz")
+	return ok && v != "" && csDigit[v[0]] && csNPMVer.span(v, 64)
+}

@@ -1,0 +1,95 @@
+package classify
+
+// MirrorPyPI is the Python Package Index and its mirrors.
+var MirrorPyPI = register(&ecosystem{
+	name:        "pypi",
+	grammar:     checkPyPI,
+	knownWrites: pypiKnownWrites,
+	publish: Probe{"POST", "/legacy/", "multipart/form-data; boundary=egressd",
+		"--egressd\r\nContent-Disposition: form-data; name=\":action\"\r\n\r\nfile_upload\r\n--egressd--\r\n"},
+})
+
+// pypiKnownWrites: twine uploads to /legacy/ (upload.pypi.org, or the
+// index host itself on test and private indexes); trusted publishing mints
+// a token under /_/oidc/.
+func pypiKnownWrites(r *Request, p *pgPath, _ *pgQuery, safe bool) (PageType, string) {
+	switch {
+	case r.Host == "upload.pypi.org":
+		return PagePublish, "known:pypi-upload"
+	case p.is(0, "_") && p.is(1, "oidc") && (r.Host == "pypi.org" || r.Host == "test.pypi.org"):
+		return PageLogin, "known:pypi-oidc"
+	case !safe && p.is(0, "legacy") && len(p.segs) == 1:
+		return PagePublish, "known:pypi-upload"
+	}
+	return PageRead, ""
+}
+
+// PyPI (A.1): /simple/ and /simple/<normalized>/, the JSON API, and
+// files.pythonhosted.org/packages/<2hex>/<2hex>/<60hex>/<file>. Grammars
+// do not look at Host: one rule may cover both hosts, and a /packages/ path
+// sent to pypi.org is merely a 404.
+
+func checkPyPI(c *mirrorCheck) MirrorVerdict {
+	s := c.segs()
+	n := len(s)
+	if n > 0 {
+		switch s[0] {
+		case "legacy":
+			return mdeny("pypi upload: POST /legacy/")
+		case "_":
+			return mdeny("pypi trusted-publishing token: /_/oidc/")
+		case "account", "manage":
+			return mdeny("pypi account: /account/ and /manage/ pages")
+		}
+	}
+	if !c.read {
+		if n == 1 && s[0] == "pypi" {
+			return mdeny("pypi xml-rpc: POST /pypi")
+		}
+		return mdeny(methodReason(c.r.Method))
+	}
+	if c.r.Query != "" {
+		return mdeny(rNoQuery)
+	}
+	if n > 0 {
+		switch s[0] {
+		case "simple":
+			if n == 1 && c.p.dir || n == 2 && isPEP503(s[1]) {
+				return mallow
+			}
+		case "pypi":
+			if !c.p.dir && n >= 3 && csPyName.span(s[1], 128) &&
+				(n == 3 && s[2] == "json" || n == 4 && csPyVer.span(s[2], 64) && s[3] == "json") {
+				return mallow
+			}
+		case "packages":
+			if n == 5 && !c.p.dir && csPyFile.span(s[4], 200) && pypiFileDirs(s[1], s[2], s[3]) {
+				return mallow
+			}
+		}
+	}
+	return mdeny("pypi: path outside download grammar")
+}
+
+// isPEP503 reports whether s is a normalized project name: [a-z0-9]+(-[a-z0-9]+)*.
+func isPEP503(s string) bool {
+	if len(s) == 0 || len(s) > 128 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !csLowerAlnum[s[i]] && (s[i] != '-' || s[i-1] == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// pypiFileDirs accepts the blake2b directories (2/2/60 hex) or the legacy
+// /packages/<pyver or "source">/<c>/<name>/ form, where <c> is the name's
+// first character.
+func pypiFileDirs(a, b, h string) bool {
+	if isLowerHex(a, 2) && isLowerHex(b, 2) && isLowerHex(h, 60) {
+		return true
+	}
+	return csPyName.span(a, 16) && len(b) == 1 && csPyName.span(h, 128) && h[0] == b[0]
+}

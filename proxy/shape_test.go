@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestHeaderBudgetLive is issue 12 item 3 through the live proxy: a read
+// rule refuses a request whose headers are over limits.read_head_bytes
+// (reason header-budget), and a mirror rule forwards only its ecosystem's
+// headers.
+func TestHeaderBudgetLive(t *testing.T) {
+	var mu sync.Mutex
+	var seen []http.Header
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	h := newHarness(t, testConfig, testNames)
+
+	big := strings.Repeat("A", 30<<10)
+	resp, body := h.do("GET", "http://docs.test:"+port+"/guide", nil, map[string]string{"X-Exfil": big})
+	if resp == nil || resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Egressd-Deny") != "header-budget" {
+		t.Errorf("30 KB header on a read rule: %v %q, want 403 header-budget", resp, body)
+	}
+	resp, body = h.do("GET", "http://pypi.test:"+port+"/simple/requests/", nil, map[string]string{"X-Exfil": big, "Cookie": "session=secret", "User-Agent": "pip/24.0"})
+	if resp == nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("pypi mirror read with extra headers: %v %q, want 200 with them dropped", resp, body)
+	}
+	resp, body = h.do("GET", "http://pypi.test:"+port+"/simple/flask/", nil, map[string]string{"User-Agent": strings.Repeat("U", 20<<10)})
+	if resp == nil || resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Egressd-Deny") != "header-budget" {
+		t.Errorf("20 KB User-Agent on a mirror rule: %v %q, want 403 header-budget", resp, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 {
+		t.Fatalf("origin saw %d requests, want 1 (the mirror read)", len(seen))
+	}
+	if seen[0].Get("X-Exfil") != "" || seen[0].Get("Cookie") != "" || seen[0].Get("User-Agent") != "pip/24.0" {
+		t.Errorf("mirror forwarded %v", seen[0])
+	}
+}
