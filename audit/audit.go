@@ -44,6 +44,16 @@
 // nothing already logged; a power loss may lose what the page cache held, and
 // Verify then reports a tail without a seal. One process writes a file at a
 // time (Open takes an exclusive flock).
+//
+// A write that fails (a full disk) is taken back whole: the file is truncated
+// to the end of the last complete line, so a failure never leaves a line
+// that reads as tampering. The sink is then failing (OK reports it, OnChange
+// hears each change of state once, WriteErrors counts) and every later
+// record tries again; the first line written once space returns is a "lost"
+// record counting the lines that could not be written, so the gap is in the
+// chain. Open on a full disk starts failing rather than refusing: its open
+// record waits for space like the rest. Only a short write to a writer that
+// cannot be truncated (NewSink) stops the chain for good.
 package audit
 
 import (
@@ -77,6 +87,7 @@ const (
 	kindRecord  = "record"  // a decision
 	kindSeal    = "seal"    // a session ended cleanly
 	kindRecover = "recover" // acknowledges a line cut short by a crash
+	kindLost    = "lost"    // lines that could not be written (full disk) before this one
 )
 
 // ErrClosed is returned (wrapped) for records logged after Close.
@@ -90,22 +101,36 @@ type Sink struct {
 	f      *os.File // set by Open: synced, unlocked and closed by Close
 	seq    uint64   // seq of the last line written
 	prev   [32]byte // SHA-256 of the last line written
-	err    error    // sticky: after a failed write the chain stops here
+	err    error    // sticky: a partial line that could not be taken back
 	closed bool
 	buf    bytes.Buffer // JSON of the record being written
 	line   []byte
 	now    func() time.Time
+
+	off        int64         // file size after the last complete line (Open)
+	failing    error         // the last write error while writes fail, else nil
+	werrs      uint64        // failed writes, ever
+	lost       int           // records not written since the last good write
+	pending    []pendingMeta // open/recover records waiting for space
+	onChange   func(ok bool, err error)
+	reportedOK bool // the state onChange last heard (or OnChange found)
+}
+
+// pendingMeta is a session record that could not be written yet.
+type pendingMeta struct {
+	kind string
+	kv   []any
 }
 
 // NewSink starts a new chain on w (seq 1 is an "open" record, written now).
 // Use it for writers that cannot be read back; Open resumes files. Close
 // writes the seal but does not close w.
 func NewSink(w io.Writer) (*Sink, error) {
-	s := &Sink{w: w, now: time.Now}
-	if err := s.meta(kindOpen, "previous", "new"); err != nil {
+	s := &Sink{w: w, now: time.Now, reportedOK: true}
+	if err := s.session(kindOpen, "previous", "new"); err != nil {
 		return nil, err
 	}
-	return s, nil
+	return s, nil // failing (see OK) if the open record could not be written yet
 }
 
 // Open opens or creates the audit log at path (mode 0640) for appending and
@@ -123,7 +148,7 @@ func Open(path string) (*Sink, error) {
 		f.Close()
 		return nil, fmt.Errorf("open audit log %s: lock: %w (is another egressd writing it?)", path, err)
 	}
-	s := &Sink{w: f, f: f, now: time.Now}
+	s := &Sink{w: f, f: f, now: time.Now, reportedOK: true}
 	if err := s.resume(path); err != nil {
 		f.Close()
 		return nil, err
@@ -137,8 +162,9 @@ func (s *Sink) resume(path string) error {
 	if err != nil {
 		return fmt.Errorf("open audit log: %w", err)
 	}
+	s.off = fi.Size()
 	if fi.Size() == 0 {
-		return s.meta(kindOpen, "previous", "new")
+		return s.session(kindOpen, "previous", "new")
 	}
 	// The last complete line and a partial one after it each fit in
 	// MaxLineBytes+1 bytes.
@@ -176,24 +202,136 @@ func (s *Sink) resume(path string) error {
 		if _, err := s.f.Write([]byte{'\n'}); err != nil {
 			return fmt.Errorf("open audit log %s: terminate partial line: %w", path, err)
 		}
+		s.off++
 		s.seq, s.prev = s.seq+1, sha256.Sum256(partial)
-		if err := s.meta(kindRecover, "partial_bytes", len(partial)); err != nil {
+		if err := s.session(kindRecover, "partial_bytes", len(partial)); err != nil {
 			return err
 		}
 	}
-	return s.meta(kindOpen, "previous", previous)
+	return s.session(kindOpen, "previous", previous)
+}
+
+// session writes an open or recover record, or queues it while writes
+// fail: a full disk must not keep egressd from starting.
+func (s *Sink) session(kind string, kv ...any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.flushLocked(); err != nil {
+		s.pending = append(s.pending, pendingMeta{kind, kv})
+		return s.err // nil unless the chain stopped for good
+	}
+	if err := s.metaLocked(kind, kv...); err != nil {
+		s.pending = append(s.pending, pendingMeta{kind, kv})
+		return s.err
+	}
+	return nil
+}
+
+// flushLocked writes what failing writes left behind — queued session
+// records, then a "lost" record — before the next line.
+func (s *Sink) flushLocked() error {
+	for len(s.pending) > 0 {
+		m := s.pending[0]
+		if err := s.metaLocked(m.kind, m.kv...); err != nil {
+			return err
+		}
+		s.pending = s.pending[1:]
+	}
+	if s.lost > 0 {
+		if err := s.metaLocked(kindLost, "lines", s.lost); err != nil {
+			return err
+		}
+		s.lost = 0
+	}
+	return nil
+}
+
+// OnChange sets f to be called, outside the sink's lock, each time writes
+// start failing (ok false, with the error) or work again (ok true).
+//
+// The state it hears is the state after a whole write: a small record that
+// fits where the line before did not does not make a failing log look
+// healthy for a moment.
+func (s *Sink) OnChange(f func(ok bool, err error)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onChange = f
+	s.reportedOK = s.failing == nil && s.err == nil
+}
+
+// OK reports whether the last write succeeded; if not, its error.
+func (s *Sink) OK() (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return false, s.err
+	}
+	return s.failing == nil, s.failing
+}
+
+// WriteErrors counts failed writes since the sink was made.
+func (s *Sink) WriteErrors() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.werrs
+}
+
+// Retry writes what failing writes left behind (nothing if writes work):
+// call it periodically while OK is false, so that a log with no traffic
+// (refused while failing) still finds out that space returned.
+//
+// While the file system has less than retryFreeBytes free, Retry writes
+// nothing: a few bytes of slack may take a small record but not the next
+// decision, and the log would look healthy for one request.
+func (s *Sink) Retry() error {
+	s.mu.Lock()
+	defer s.unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if s.failing != nil && s.f != nil {
+		if free, ok := freeBytes(s.f); ok && free < retryFreeBytes {
+			return s.failing
+		}
+	}
+	return s.flushLocked()
+}
+
+// retryFreeBytes is the free space Retry wants before it writes.
+const retryFreeBytes = 64 << 10
+
+// unlock releases mu and tells onChange if the state differs from what
+// it last heard.
+func (s *Sink) unlock() {
+	f := s.onChange
+	ok, err := s.failing == nil && s.err == nil, s.failing
+	if s.err != nil {
+		err = s.err
+	}
+	changed := ok != s.reportedOK
+	s.reportedOK = ok
+	s.mu.Unlock()
+	if changed && f != nil {
+		f(ok, err)
+	}
 }
 
 // Close ends the session with a seal record and, for a file from Open, syncs,
 // unlocks and closes it. Records logged after Close are not written.
 func (s *Sink) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.closed {
 		return nil
 	}
 	// seal and close under one lock: no record may follow the seal
-	err := s.metaLocked(kindSeal)
+	err := s.flushLocked()
+	if err == nil {
+		err = s.metaLocked(kindSeal)
+	}
+	if err != nil {
+		err = fmt.Errorf("audit log not sealed: %w", err)
+	}
 	s.closed = true
 	if s.f != nil {
 		if serr := s.f.Sync(); serr != nil && err == nil {
@@ -206,9 +344,9 @@ func (s *Sink) Close() error {
 	return err
 }
 
-// Err returns the write error that stopped the chain, or nil. After one
-// failed write nothing more is written: a restart (Open) acknowledges a
-// partial line and continues.
+// Err returns the error of a short write that could not be taken back
+// and stopped the chain, or nil (a write that failed whole does not stop
+// it: see OK). A restart (Open) acknowledges the partial line and goes on.
 func (s *Sink) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -229,7 +367,7 @@ var headerStart = []byte(`{"seq":`)
 // pairs given (string or int values).
 func (s *Sink) meta(kind string, kv ...any) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return s.metaLocked(kind, kv...)
 }
 
@@ -288,12 +426,26 @@ func (s *Sink) emit(kind string, rest []byte) (Anchor, error) {
 		if err == nil {
 			err = io.ErrShortWrite
 		}
-		s.err = fmt.Errorf("write audit line seq %d: %w", s.seq+1, err)
-		return Anchor{}, s.err
+		err = fmt.Errorf("write audit line seq %d: %w", s.seq+1, err)
+		s.werrs++
+		if n > 0 && !s.takeBack() {
+			s.err = fmt.Errorf("%w; the partial line could not be taken back: the chain stops here until a restart", err)
+			err = s.err
+		}
+		s.failing = err
+		return Anchor{}, err
 	}
+	s.off += int64(len(line))
+	s.failing = nil
 	s.seq++
 	s.prev = sha256.Sum256(line[:len(line)-1])
 	return Anchor{Seq: s.seq, Hash: hex.EncodeToString(s.prev[:])}, nil
+}
+
+// takeBack truncates the file to its last complete line after a short
+// write; false if there is no file or the truncate failed.
+func (s *Sink) takeBack() bool {
+	return s.f != nil && s.f.Truncate(s.off) == nil
 }
 
 func (s *Sink) header(b []byte, kind string) []byte {
@@ -354,8 +506,12 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 func (h *handler) write(ctx context.Context, r slog.Record) (Anchor, error) {
 	s := h.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if err := s.usable(); err != nil {
+		return Anchor{}, err
+	}
+	if err := s.flushLocked(); err != nil {
+		s.lost++
 		return Anchor{}, err
 	}
 	s.buf.Reset()
@@ -366,7 +522,11 @@ func (h *handler) write(ctx context.Context, r slog.Record) (Anchor, error) {
 	if len(body) < 2 || body[0] != '{' {
 		return Anchor{}, fmt.Errorf("format audit record: unexpected JSON %.40q", body)
 	}
-	return s.emit(kindRecord, body[1:])
+	a, err := s.emit(kindRecord, body[1:])
+	if err != nil && s.err == nil {
+		s.lost++
+	}
+	return a, err
 }
 
 func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {

@@ -100,6 +100,7 @@ type Report struct {
 	Recovered    []int  // lines cut short by a crash and acknowledged by the writer
 	UnsealedEnds []int  // last lines of sessions that ended without a seal
 	PartialTail  bool   // Live only: an incomplete last line was ignored
+	Lost         int    // "lost" records: places where failed writes (a full disk) left lines out
 }
 
 type header struct {
@@ -135,7 +136,7 @@ func parseHeader(line []byte) (header, error) {
 	}
 	kind, rest, ok := bytes.Cut(rest, []byte{'"'})
 	switch k := string(kind); k {
-	case kindOpen, kindRecord, kindSeal, kindRecover:
+	case kindOpen, kindRecord, kindSeal, kindRecover, kindLost:
 		h.kind = k
 	default:
 		return h, fmt.Errorf("unknown audit kind %.20q", kind)
@@ -284,6 +285,8 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 			rep.Sessions++
 		case kindRecord:
 			rep.Records++
+		case kindLost:
+			rep.Lost++
 		}
 		if want, ok := anchors[h.seq]; ok {
 			if got := hex.EncodeToString(sum[:]); got != want {

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsfilter"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
@@ -79,6 +80,12 @@ type Options struct {
 	// ProbeResult records an in-sandbox probe's result (the history);
 	// nil: kept in memory and metrics only.
 	ProbeResult func(ProbeResult) error
+	// Audit is the audit log Logger writes decisions to (nil: none). While
+	// it cannot be written, allowed traffic is refused with 503
+	// audit-unavailable (unless the policy says audit.on_error: allow)
+	// and /readyz is 503; Run's stop closes it and reports a seal it could
+	// not write.
+	Audit *audit.Sink
 }
 
 // Daemon is a running egressd serve.
@@ -92,14 +99,20 @@ type Daemon struct {
 
 	reloadMu sync.Mutex
 	pol      atomic.Pointer[policy.Policy]
-	ready    atomic.Bool
+	// verified is the policy whose self-test last passed (or, with
+	// NoSelftest, the policy in force). The proxy's gate compares it with
+	// the policy that decided each request: swap and gate are one step.
+	verified atomic.Pointer[policy.Policy]
+	ready    atomic.Bool            // the walls' last self-test (boot, scheduled) sealed
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
+	interval chan struct{}          // a reload changed selftest.interval
+	audit    *audit.Sink
 
-	reloads    *prometheus.CounterVec
-	drift      prometheus.Counter
-	selftests  *prometheus.CounterVec
-	lastSealed prometheus.Gauge
-	verified   prometheus.Gauge
+	reloads       *prometheus.CounterVec
+	drift         prometheus.Counter
+	selftests     *prometheus.CounterVec
+	lastSealed    prometheus.Gauge
+	verifiedGauge prometheus.Gauge // egressd_verified
 
 	probes *probes
 	alerts *alerter
@@ -120,14 +133,14 @@ func New(opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry()}
+	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1)}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
-	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back)."}, []string{"result"})
+	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back, rollback-failed)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
 	d.drift = prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_walls_drift_total", Help: "Times the kernel walls differed from the spec (tampering or drift) and were re-applied."})
-	d.verified = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_verified", Help: "1 while the last self-test found the deployment sealed; 0 before the first, after a leak or an incomplete run, and always under --no-selftest."})
-	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verified)
+	d.verifiedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_verified", Help: "1 while the last self-test found the deployment sealed; 0 before the first, after a leak or an incomplete run, and always under --no-selftest."})
+	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verifiedGauge)
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
 	d.probes = newProbes(d.log.With("component", "probe"), opt.ProbeResult)
@@ -142,6 +155,9 @@ func New(opt Options) (*Daemon, error) {
 		return a.Webhook, a.Batch
 	})
 	d.reg.MustRegister(d.alerts.total, d.alerts.dropped, d.alerts.posts)
+	if opt.Audit != nil {
+		d.watchAudit(opt.Audit, p)
+	}
 
 	pc := opt.ProxyConfig
 	if pc.UpstreamRoots == nil && p.UpstreamCA != "" {
@@ -152,7 +168,7 @@ func New(opt Options) (*Daemon, error) {
 	pc.Logger = d.log.With("component", "proxy")
 	pc.Registry = d.reg
 	pc.CA = opt.CA
-	pc.Ready = d.ready.Load
+	pc.Gate = d.gate
 	pc.Probe = proxy.ProbeHooks{API: d.probes.api, Label: d.probes.label}
 	pc.Alert = d.alerts.attempt
 	d.px = proxy.New(p, pc)
@@ -173,8 +189,85 @@ func (d *Daemon) Policy() *policy.Policy { return d.pol.Load() }
 // Proxy returns the proxy (admin quarantine, tests).
 func (d *Daemon) Proxy() *proxy.Proxy { return d.px }
 
-// Ready reports readiness and the reason.
-func (d *Daemon) Ready() (bool, string) { return d.ready.Load(), *d.status.Load() }
+// Ready reports readiness and the reason: the walls' last self-test
+// sealed and the policy in force is the one it verified.
+func (d *Daemon) Ready() (bool, string) {
+	ok, why := d.ready.Load() && d.verified.Load() == d.pol.Load(), *d.status.Load()
+	if refuse, note := d.auditState(d.Policy()); note != "" {
+		ok = ok && !refuse
+		why = note + "; " + why
+	}
+	return ok, why
+}
+
+// notVerified is the detail of a 503 for a request decided by a policy
+// whose self-test has not passed (a reload being verified, or rolled back).
+const notVerified = "egressd is not ready: the policy that decided this request has not passed its self-test (a reload is being verified; see /readyz)"
+
+// gate is the proxy's Gate: it lets an allowed request through only if the
+// policy that decided it is the verified one and the walls are sealed.
+func (d *Daemon) gate(p *policy.Policy) (reason policy.Reason, detail string) {
+	if !d.ready.Load() {
+		return policy.ReasonNotReady, "egressd is not ready: " + *d.status.Load()
+	}
+	if d.verified.Load() != p {
+		return policy.ReasonNotReady, notVerified
+	}
+	if refuse, note := d.auditState(p); refuse {
+		return policy.ReasonAuditUnavailable, "egressd cannot write its audit log, and what it cannot record it does not let through: " + note
+	}
+	return policy.ReasonAllowed, ""
+}
+
+// watchAudit registers the audit metrics and logs each change of the
+// audit log's state once.
+func (d *Daemon) watchAudit(a *audit.Sink, p *policy.Policy) {
+	d.audit = a
+	d.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "egressd_audit_ok", Help: "1 while the audit log's last write succeeded, 0 while it cannot be written."}, func() float64 {
+			if ok, _ := a.OK(); ok {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "egressd_audit_write_errors_total", Help: "Audit log writes that failed (each one a decision or session record not written)."}, func() float64 {
+			return float64(a.WriteErrors())
+		}),
+	)
+	report := func(ok bool, err error) {
+		switch {
+		case ok:
+			d.log.Warn("audit log writable again: the chain goes on (a \"lost\" record counts the lines it misses)")
+		case d.Policy().Audit.OnErrorAllow:
+			d.log.Error("audit log cannot be written: audit.on_error is allow, so allowed traffic flows UNAUDITED until it can", "err", err)
+		default:
+			d.log.Error("audit log cannot be written: refusing what the policy allows (503 audit-unavailable) until it can", "err", err)
+		}
+	}
+	a.OnChange(report)
+	if ok, err := a.OK(); !ok {
+		report(ok, err) // opened on a full disk
+	}
+	if p.Audit.OnErrorAllow {
+		d.log.Warn("audit.on_error is allow: if the audit log cannot be written, allowed traffic flows unaudited")
+	}
+}
+
+// auditState says whether the audit log's state refuses what p allows,
+// and describes a failing log ("" when it works or there is none).
+func (d *Daemon) auditState(p *policy.Policy) (refuse bool, note string) {
+	if d.audit == nil {
+		return false, ""
+	}
+	ok, err := d.audit.OK()
+	if ok {
+		return false, ""
+	}
+	if p.Audit.OnErrorAllow {
+		return false, fmt.Sprintf("WARNING: audit log cannot be written (%v); audit.on_error is allow: traffic flows unaudited", err)
+	}
+	return true, fmt.Sprintf("not ready: audit log cannot be written (%v)", err)
+}
 
 // Addrs returns the bound proxy, DNS and admin addresses once Run started them.
 func (d *Daemon) Addrs() (proxyAddr, dnsAddr, adminAddr string) {
@@ -248,6 +341,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	d.boot(ctx)
 	tick := time.NewTicker(p.Selftest.Interval)
 	defer tick.Stop()
+	every := p.Selftest.Interval
 	var wallsTick <-chan time.Time
 	if d.opt.WallsCheck != nil {
 		iv := d.opt.WallsInterval
@@ -258,12 +352,23 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		defer wt.Stop()
 		wallsTick = wt.C
 	}
+	var auditTick <-chan time.Time
+	if d.audit != nil {
+		at := time.NewTicker(time.Second)
+		defer at.Stop()
+		auditTick = at.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return d.shutdown()
 		case <-wallsTick:
 			d.checkWalls(ctx)
+		case <-auditTick:
+			// refused traffic may be all there is: try again on our own
+			if ok, _ := d.audit.OK(); !ok {
+				d.audit.Retry()
+			}
 		case err := <-errc:
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.shutdown()
@@ -271,6 +376,12 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			}
 		case <-tick.C:
 			d.scheduled(ctx)
+		case <-d.interval:
+			if iv := d.Policy().Selftest.Interval; iv != every {
+				every = iv
+				tick.Reset(iv)
+				d.log.Info("self-test interval changed", "interval", iv)
+			}
 		}
 	}
 }
@@ -289,6 +400,12 @@ func (d *Daemon) shutdown() error {
 		errs = append(errs, d.admin.Shutdown(ctx))
 	}
 	d.log.Info("stopped: the nftables walls, if any, stay in place (egressd nft down removes them)")
+	if d.audit != nil {
+		if err := d.audit.Close(); err != nil {
+			d.log.Error("stop: the audit log was not sealed: `egressd audit verify` will report its end as truncated", "err", err)
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -307,9 +424,11 @@ func (d *Daemon) boot(ctx context.Context) {
 		}
 		d.log.Warn(noSelftestWarning)
 		d.setStatus(noSelftestWarning)
+		d.verified.Store(d.Policy())
 		d.ready.Store(true)
 	} else {
-		d.setReadiness(d.verify(ctx, "boot", d.Policy()))
+		p := d.Policy()
+		d.setReadiness(p, d.verify(ctx, "boot", p))
 	}
 	// "ready" is the readiness signal tests and supervisors wait for: from
 	// here the proxy lets allowed traffic through.
@@ -343,8 +462,10 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 	return v
 }
 
-func (d *Daemon) setReadiness(v Verdict) {
-	d.verified.Set(0)
+// setReadiness records the verdict of a self-test of p (boot or
+// scheduled): a sealed run also marks p verified.
+func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
+	d.verifiedGauge.Set(0)
 	switch {
 	case len(v.Leaks) > 0:
 		d.ready.Store(false)
@@ -359,8 +480,9 @@ func (d *Daemon) setReadiness(v Verdict) {
 		d.ready.Store(false)
 		d.setStatus(fmt.Sprintf("not ready: self-test found a leak: %v", v.Leaks))
 	default:
+		d.verified.Store(p)
 		d.ready.Store(true)
-		d.verified.Set(1)
+		d.verifiedGauge.Set(1)
 		st := "ready: last self-test sealed at " + time.Now().UTC().Format(time.RFC3339)
 		if v.Note != "" {
 			st += "; " + v.Note
@@ -382,8 +504,9 @@ func (d *Daemon) scheduled(ctx context.Context) {
 	}
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	v := d.verify(ctx, "schedule", d.Policy())
-	d.setReadiness(v)
+	p := d.Policy()
+	v := d.verify(ctx, "schedule", p)
+	d.setReadiness(p, v)
 	if url := d.webhook(); (!v.Sealed || v.Err != nil) && url != "" {
 		go notify(d.log, url, v)
 	}
@@ -423,36 +546,63 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 	if next.Listen != old.Listen {
 		d.log.Warn("reload: listen addresses changed; they take effect on restart", "old", old.Listen, "new", next.Listen)
 	}
+	wasStatus := *d.status.Load()
+	if d.opt.NoSelftest {
+		d.verified.Store(next) // nothing to wait for: it serves once in force
+	} else {
+		d.setStatus("reloading: verifying the new policy")
+	}
+	// From here the proxy decides with next, and its gate lets nothing
+	// that next allowed through until next is the verified policy: no
+	// separate readiness flag, so no window between swap and gate.
 	if err := d.apply(ctx, next); err != nil {
-		d.apply(ctx, old)
-		d.reloads.WithLabelValues("rolled-back").Inc()
-		d.log.Error("reload rolled back: applying the walls failed", "trigger", why, "err", err)
-		return fmt.Errorf("reload: apply: %w", err)
+		return d.rollback(ctx, why, old, wasStatus, fmt.Errorf("applying the walls: %w", err))
+	}
+	if testHookSwapped != nil {
+		testHookSwapped()
 	}
 	if !d.opt.NoSelftest {
-		// Until the new policy is proven, it lets nothing through: allowed
-		// requests get 503 for the length of one run (the probes are
-		// exempt), so a leaking policy never serves a sandbox.
-		wasReady, wasStatus := d.Ready()
-		d.ready.Store(false)
-		d.setStatus("reloading: verifying the new policy")
 		v := d.verify(ctx, "reload", next)
 		if !v.Sealed || v.Err != nil {
-			if err := d.apply(ctx, old); err != nil {
-				d.log.Error("rollback failed", "err", err)
-			}
-			d.ready.Store(wasReady)
-			d.setStatus(wasStatus)
-			d.reloads.WithLabelValues("rolled-back").Inc()
-			d.log.Error("reload rolled back: the new policy leaks", "trigger", why, "leaks", v.Leaks, "err", v.Err)
-			return fmt.Errorf("reload rolled back: self-test: leaks %v, err %v", v.Leaks, v.Err)
+			return d.rollback(ctx, why, old, wasStatus, fmt.Errorf("self-test: leaks %v, err %v", v.Leaks, v.Err))
 		}
-		d.setReadiness(v)
+		d.setReadiness(next, v)
 	}
 	d.reloads.WithLabelValues("applied").Inc()
 	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
+	if next.Selftest.Interval != old.Selftest.Interval {
+		select {
+		case d.interval <- struct{}{}:
+		default: // Run has one pending already and reads the policy
+		}
+	}
 	return nil
 }
+
+// rollback restores old after a failed reload. If the walls cannot be
+// restored either, their state is unknown: egressd stops letting anything
+// through until a self-test (scheduled, or the next reload's) passes.
+func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, wasStatus string, cause error) error {
+	if d.opt.NoSelftest {
+		d.verified.Store(old)
+	}
+	if err := d.apply(ctx, old); err != nil {
+		d.ready.Store(false)
+		d.setStatus("not ready: a reload failed (" + cause.Error() + ") and so did its rollback: " + err.Error())
+		d.reloads.WithLabelValues("rollback-failed").Inc()
+		d.log.Error("reload failed and its rollback failed too: nothing is let through until a self-test passes", "trigger", why, "err", cause, "rollback_err", err)
+		return fmt.Errorf("reload rolled back: %w; the rollback failed: %w", cause, err)
+	}
+	d.setStatus(wasStatus)
+	d.reloads.WithLabelValues("rolled-back").Inc()
+	d.log.Error("reload rolled back: the old policy stays in force", "trigger", why, "err", cause)
+	return fmt.Errorf("reload rolled back: %w", cause)
+}
+
+// testHookSwapped, when set (tests), runs in Reload right after the new
+// policy is installed and before its self-test: a request there must not
+// be allowed by the unverified policy.
+var testHookSwapped func()
 
 func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {
 	d.pol.Store(p)

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -41,9 +42,14 @@ type fixture struct {
 	a, b     string // origin URLs
 	leak     atomic.Bool
 	verifies atomic.Int64
+	stop     func() error // ends Run and returns its error
 }
 
-func start(t *testing.T) *fixture {
+func start(t *testing.T) *fixture { t.Helper(); return startWith(t, nil) }
+
+// startWith starts a daemon whose Options mod may change first; with a
+// mod, no config watcher runs (the test reloads explicitly).
+func startWith(t *testing.T, mod func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{}
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
@@ -57,7 +63,7 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.d, err = New(Options{
+	opt := Options{
 		Load:   func() (*policy.Policy, error) { return policy.Load(f.path) },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Verify: func(context.Context, *policy.Policy) Verdict {
@@ -68,7 +74,11 @@ func start(t *testing.T) *fixture {
 			return Verdict{Sealed: true}
 		},
 		ProxyListener: pl,
-	})
+	}
+	if mod != nil {
+		mod(&opt)
+	}
+	f.d, err = New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +86,11 @@ func start(t *testing.T) *fixture {
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- f.d.Run(ctx, started) }()
-	go f.d.WatchReload(ctx, f.path)
-	t.Cleanup(func() { cancel(); <-done })
+	if mod == nil { // tests that change Options reload explicitly: no watcher reloads behind their back
+		go f.d.WatchReload(ctx, f.path)
+	}
+	f.stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { f.stop() })
 	<-started
 	f.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: pl.Addr().String()}), DisableKeepAlives: true}}
 	return f

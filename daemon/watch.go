@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -18,7 +19,10 @@ import (
 
 // WatchReload reloads on SIGHUP and, when path is not empty, whenever the
 // config file changes (its directory is watched, since editors and
-// ConfigMap updates replace files by rename). It returns when ctx ends.
+// ConfigMap updates replace files by rename). It returns when ctx ends. A
+// file watch that cannot be set up is logged and leaves SIGHUP working:
+// returning would unregister SIGHUP, whose default action ends the process
+// at the next `systemctl reload`.
 func (d *Daemon) WatchReload(ctx context.Context, path string) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -26,15 +30,13 @@ func (d *Daemon) WatchReload(ctx context.Context, path string) error {
 	var events <-chan fsnotify.Event
 	var werrs <-chan error
 	if path != "" {
-		w, err := fsnotify.NewWatcher()
+		w, err := watchDir(path)
 		if err != nil {
-			return fmt.Errorf("watch config: %w", err)
+			d.log.Error("config file changes will not be seen: reload with SIGHUP", "err", err)
+		} else {
+			defer w.Close()
+			events, werrs = w.Events, w.Errors
 		}
-		defer w.Close()
-		if err := w.Add(filepath.Dir(path)); err != nil {
-			return fmt.Errorf("watch config dir: %w", err)
-		}
-		events, werrs = w.Events, w.Errors
 	}
 	base := filepath.Base(path)
 	var debounce <-chan time.Time
@@ -57,22 +59,42 @@ func (d *Daemon) WatchReload(ctx context.Context, path string) error {
 	}
 }
 
-// notify posts a leak report to the webhook. A run whose only failures
-// are positive controls is "egressd.selftest.control-failed": the network
-// may merely be down, and that must not page anyone as a leak.
+func watchDir(path string) (*fsnotify.Watcher, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch config: %w", err)
+	}
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("watch config dir %s: %w", filepath.Dir(path), err)
+	}
+	return w, nil
+}
+
+// notify posts a leak report to the webhook; "error" is present only when
+// the run could not complete. A run whose only failures are positive
+// controls is "egressd.selftest.control-failed": the network may merely be
+// down, and that must not page anyone as a leak. A transport failure or an
+// answer other than 2xx is logged as a failed report.
 func notify(log *slog.Logger, url string, v Verdict) {
 	event := "egressd.selftest.leak"
 	if len(v.Leaks) == 0 && len(v.ControlsFailed) > 0 {
 		event = "egressd.selftest.control-failed"
 	}
-	body, _ := json.Marshal(map[string]any{
-		"event": event, "time": time.Now().UTC(), "leaks": v.Leaks, "controls_failed": v.ControlsFailed, "error": fmt.Sprint(v.Err),
-	})
+	report := map[string]any{"event": event, "time": time.Now().UTC(), "leaks": v.Leaks, "controls_failed": v.ControlsFailed}
+	if v.Err != nil {
+		report["error"] = v.Err.Error()
+	}
+	body, _ := json.Marshal(report)
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
-		log.Error("webhook failed", "url", url, "err", err)
+		log.Error("webhook failed: the leak report was not delivered", "url", url, "err", err)
 		return
 	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		log.Error("webhook failed: the leak report was refused", "url", url, "status", resp.StatusCode)
+	}
 }

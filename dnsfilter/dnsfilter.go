@@ -233,6 +233,13 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	s.serve(w, r, p, &e)
 	s.queries.WithLabelValues(e.result).Inc()
+	if e.result == resultNXDomain {
+		// a flood of denials is aggregated per client and name
+		if logIt, skipped := s.limits.denial(e.client, e.qname, time.Now()); logIt {
+			s.logQuery(&e, slog.Int(logSkipped, skipped))
+		}
+		return
+	}
 	s.logQuery(&e)
 }
 

@@ -520,6 +520,7 @@ func TestRefusedNamesNeverReachUpstream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			f.s.limits.forget() // each case's line must be logged, not aggregated
 			r := f.ask(t, agent, tt.qname, tt.qtype)
 			if r.Rcode != dns.RcodeNameError {
 				t.Errorf("rcode %s, want NXDOMAIN", dns.RcodeToString[r.Rcode])
@@ -1221,5 +1222,83 @@ func TestLogComponentOnce(t *testing.T) {
 	line, _, _ := strings.Cut(buf.String(), "\n")
 	if n := strings.Count(line, `"component":`); n != 1 || !strings.Contains(line, `"component":"dns"`) {
 		t.Errorf("log line has %d component keys, want one (dns): %s", n, line)
+	}
+}
+
+// TestDenialLogAggregated: a client that floods denied names gets a few
+// lines an interval, not one a query: a name is logged once an interval,
+// at most denyLinesPerInterval names are, and the next line counts what
+// was left out (issue 17.4: 163,000 lines in 65 s under a flood).
+func TestDenialLogAggregated(t *testing.T) {
+	f := newFixture(t, 100000)
+	start := time.Now()
+	for i := range 300 {
+		f.ask(t, agent, "exfil.example.", dns.TypeA)
+		f.ask(t, agent, fmt.Sprintf("x%d.exfil.example.", i), dns.TypeA)
+	}
+	intervals := int(time.Since(start)/denyLogEvery) + 1
+	var lines int
+	for _, l := range f.logs.lines(t) {
+		if l[logResult] == resultNXDomain {
+			lines++
+		}
+	}
+	if lines == 0 || lines > intervals*denyLinesPerInterval {
+		t.Fatalf("600 denied queries logged %d lines, want 1..%d", lines, intervals*denyLinesPerInterval)
+	}
+	if got := f.counter(t, "egressd_dns_queries_total", "result", resultNXDomain); got != 600 {
+		t.Errorf("nxdomain count %v, want 600: aggregation must not lose the count", got)
+	}
+}
+
+// forget empties the client table (tests).
+func (l *limiters) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.clients)
+	l.overflow = nil
+}
+
+func TestDenialAggregator(t *testing.T) {
+	var l limiters
+	l.clients = map[netip.Addr]*client{}
+	a, b := netip.MustParseAddr("198.51.100.2"), netip.MustParseAddr("198.51.100.3")
+	t0 := time.Unix(1000, 0)
+	l.allow(a, 10, t0)
+	l.allow(b, 10, t0)
+	type step struct {
+		who     netip.Addr
+		name    string
+		at      time.Duration
+		log     bool
+		skipped int
+	}
+	steps := []step{
+		{a, "x.example.", 0, true, 0},
+		{a, "x.example.", time.Millisecond, false, 0}, // repeat in the interval
+		{a, "x.example.", 2 * time.Millisecond, false, 0},
+		{b, "x.example.", 3 * time.Millisecond, true, 0}, // per client
+		{a, "y.example.", 4 * time.Millisecond, true, 2},
+		{a, "x.example.", denyLogEvery, true, 0}, // next interval
+	}
+	for i, s := range steps {
+		logIt, skipped := l.denial(s.who, s.name, t0.Add(s.at))
+		if logIt != s.log || skipped != s.skipped {
+			t.Errorf("step %d: log %v skipped %d, want %v %d", i, logIt, skipped, s.log, s.skipped)
+		}
+	}
+	// many names: at most denyLinesPerInterval lines an interval
+	t1 := t0.Add(time.Hour)
+	var logged int
+	for i := range 1000 {
+		if ok, _ := l.denial(a, fmt.Sprintf("n%d.example.", i), t1); ok {
+			logged++
+		}
+	}
+	if logged != denyLinesPerInterval {
+		t.Errorf("1000 names in one interval: %d lines, want %d", logged, denyLinesPerInterval)
+	}
+	if ok, skipped := l.denial(a, "z.example.", t1.Add(denyLogEvery)); !ok || skipped != 1000-denyLinesPerInterval {
+		t.Errorf("next interval: log %v skipped %d, want true %d", ok, skipped, 1000-denyLinesPerInterval)
 	}
 }

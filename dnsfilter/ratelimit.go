@@ -19,6 +19,12 @@ const (
 	defaultQPS = 50
 	// logEvery is how often a client's rate-limited queries are logged.
 	logEvery = time.Second
+	// A client's denied names are logged once per denyLogEvery each, and at
+	// most denyLinesPerInterval of them: a flood of denials (one name
+	// repeated, or a new name each query) costs a few lines, and the next
+	// line counts the denials left out ("suppressed").
+	denyLogEvery         = 10 * time.Second
+	denyLinesPerInterval = 10
 )
 
 // limiters holds one token bucket per client address.
@@ -33,6 +39,39 @@ type client struct {
 	lim     *rate.Limiter
 	logged  time.Time // last rate-limited query logged
 	skipped int       // rate-limited queries not logged since
+
+	denyStart   time.Time           // start of the current denial log interval
+	denyNames   map[string]struct{} // names logged in it (at most denyLinesPerInterval)
+	denySkipped int                 // denials not logged since the last denial line
+}
+
+// denial says whether to log a denial of name for client a, and how many
+// of a's denials went unlogged before it. A client not in the table (its
+// query was not counted by allow) is logged.
+func (l *limiters) denial(a netip.Addr, name string, now time.Time) (logIt bool, skipped int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.clients[a]
+	if c == nil {
+		c = l.overflow
+	}
+	if c == nil {
+		return true, 0
+	}
+	if now.Sub(c.denyStart) >= denyLogEvery {
+		c.denyStart = now
+		clear(c.denyNames)
+	}
+	if _, seen := c.denyNames[name]; seen || len(c.denyNames) >= denyLinesPerInterval {
+		c.denySkipped++
+		return false, 0
+	}
+	if c.denyNames == nil {
+		c.denyNames = make(map[string]struct{}, denyLinesPerInterval)
+	}
+	c.denyNames[name] = struct{}{}
+	skipped, c.denySkipped = c.denySkipped, 0
+	return true, skipped
 }
 
 // allow takes one token from a's bucket, which refills at qps a second.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // bigConfig returns a config with n hosts over 10 rules, half exact names
@@ -56,10 +57,14 @@ func BenchmarkLoad1M(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
+		cpu := cpuSeconds()
+		start := time.Now()
 		p, err := Parse(strings.NewReader(cfg), "big.yaml")
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.ReportMetric(time.Since(start).Seconds(), "s/load")
+		b.ReportMetric(cpuSeconds()-cpu, "s-cpu/load")
 		runtime.ReadMemStats(&after)
 		peak := float64(after.TotalAlloc-before.TotalAlloc) / (1 << 20)
 		runtime.GC()

@@ -1,17 +1,21 @@
 package policy
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
-	"github.com/egressd/egressd/policy/classify"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/policy/classify"
 	"golang.org/x/net/publicsuffix"
 )
 
@@ -46,6 +50,12 @@ const (
 	// under one wildcard rule per hour (a CDN or docs site uses a handful).
 	defaultDNSWildcardNames = 256
 	defaultDNSQPS           = 50
+
+	defaultRequestHeaderTimeout  = 10 * time.Second
+	defaultResponseHeaderTimeout = 60 * time.Second
+	defaultResponseHeaderBytes   = 256 << 10
+	defaultResponseIdleTimeout   = 60 * time.Second
+	defaultResponseTimeout       = time.Hour
 )
 
 var defaultPorts = []portRange{{80, 80}, {443, 443}}
@@ -88,6 +98,13 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	c.limits(p, &raw.Limits)
 	p.Alerts.Webhook = c.url(raw.Alerts.Webhook, "alerts.webhook")
 	p.Alerts.Batch = c.duration(raw.Alerts.Batch, "alerts.batch", defaultAlertBatch)
+	switch raw.Audit.OnError.V {
+	case "", "deny":
+	case "allow":
+		p.Audit.OnErrorAllow = true
+	default:
+		c.errf(raw.Audit.OnError.Line, "audit.on_error", "%q: want deny (refuse what would be allowed while the audit log cannot be written) or allow", raw.Audit.OnError.V)
+	}
 	return p
 }
 
@@ -163,13 +180,16 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		r.Name = fmt.Sprintf("allow-%d", i)
 	}
 	line := firstLine(rr)
-	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 {
+	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 && len(rr.HostsFiles) == 0 {
 		c.errf(line, f, "rule %q names no hosts and no cidrs: it would match nothing", r.Name)
 	}
 	for j, h := range rr.Hosts {
 		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok && !r.Hosts.add(pat) {
 			c.errf(h.Line, fmt.Sprintf("%s.hosts[%d]", f, j), "rule %q holds more than 4 GiB of host names", r.Name)
 		}
+	}
+	for j, v := range rr.HostsFiles {
+		c.hostsFile(r, v, fmt.Sprintf("%s.hosts_files[%d]", f, j))
 	}
 	for j, s := range rr.CIDRs {
 		if pr, ok := c.prefix(s, fmt.Sprintf("%s.cidrs[%d]", f, j)); ok {
@@ -338,6 +358,54 @@ func hostHint(s string) string {
 	return ""
 }
 
+// maxListErrors bounds the errors reported for one hosts file.
+const maxListErrors = 20
+
+// hostsFile adds the patterns of an allow rule's hosts file: one per line,
+// as in hosts (exact or "*.example.com"; "*" is not allowed), blank lines
+// and '#' comments skipped. A big allowlist belongs here: read line by
+// line, it costs none of the YAML parse's memory and time (a million
+// names load in about a second). Errors name the file and its line.
+func (c *compiler) hostsFile(r *Rule, v at[string], field string) {
+	path := c.relative(v.V)
+	f, err := os.Open(path)
+	if err != nil {
+		c.errf(v.Line, field, "%v", err)
+		return
+	}
+	defer f.Close()
+	lc := &compiler{file: path}
+	br := bufio.NewReaderSize(f, 1<<20)
+	for n := 1; len(lc.errs) < maxListErrors; n++ {
+		b, err := br.ReadSlice('\n')
+		if s := strings.TrimSpace(string(b)); s != "" && s[0] != '#' {
+			if pat, ok := lc.hostPattern(at[string]{V: s, Line: n}, "hosts", false); ok && !r.Hosts.add(pat) {
+				lc.errf(n, "hosts", "rule %q holds more than 4 GiB of host names", r.Name)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			lc.errf(n, "hosts", "line longer than 1 MiB")
+			break
+		}
+		if err != nil {
+			if err != io.EOF {
+				c.errf(v.Line, field, "read %s: %v", path, err)
+			}
+			break
+		}
+	}
+	c.errs = append(c.errs, lc.errs...)
+}
+
+// relative resolves a file named in the config against the config's
+// directory.
+func (c *compiler) relative(path string) string {
+	if path != "" && !filepath.IsAbs(path) && c.file != "" {
+		return filepath.Join(filepath.Dir(c.file), path)
+	}
+	return path
+}
+
 func trimBadTarget(err error) string {
 	return strings.TrimPrefix(err.Error(), ErrBadTarget.Error()+": ")
 }
@@ -457,6 +525,14 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 	}
 	if full {
 		c.errf(1, "deny.hosts", "more than 4 GiB of host names: split the policy")
+	}
+	for j, v := range d.HostsFiles {
+		l, err := LoadDomainSet(c.relative(v.V))
+		if err != nil {
+			c.errf(v.Line, fmt.Sprintf("deny.hosts_files[%d]", j), "%v", err)
+			continue
+		}
+		p.denyLists = append(p.denyLists, l)
 	}
 	for j, s := range d.CIDRs {
 		if pr, ok := c.prefix(s, fmt.Sprintf("deny.cidrs[%d]", j)); ok {
@@ -626,6 +702,12 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 		QueryBytes:       pos(l.QueryBytes, "limits.query_bytes", defaultQueryBytes),
 		DNSWildcardNames: defaultDNSWildcardNames,
 		DNSExactOnly:     l.DNSExactOnly.V,
+
+		RequestHeaderTimeout:  c.duration(l.RequestHeaderTimeout, "limits.request_header_timeout", defaultRequestHeaderTimeout),
+		ResponseHeaderTimeout: c.duration(l.ResponseHeaderTimeout, "limits.response_header_timeout", defaultResponseHeaderTimeout),
+		ResponseHeaderBytes:   pos(l.ResponseHeaderBytes, "limits.response_header_bytes", defaultResponseHeaderBytes),
+		ResponseIdleTimeout:   c.duration(l.ResponseIdleTimeout, "limits.response_idle_timeout", defaultResponseIdleTimeout),
+		ResponseTimeout:       c.duration(l.ResponseTimeout, "limits.response_timeout", defaultResponseTimeout),
 	}
 	if l.DNSWildcardNames.Line != 0 {
 		if l.DNSWildcardNames.V < 0 {

@@ -40,11 +40,16 @@ type rawConfig struct {
 	Selftest   rawSelftest   `yaml:"selftest"`
 	Limits     rawLimits     `yaml:"limits"`
 	Alerts     rawAlerts     `yaml:"alerts"`
+	Audit      rawAudit      `yaml:"audit"`
 }
 
 type rawAlerts struct {
 	Webhook at[string] `yaml:"webhook"`
 	Batch   at[string] `yaml:"batch"`
+}
+
+type rawAudit struct {
+	OnError at[string] `yaml:"on_error"`
 }
 
 type rawListen struct {
@@ -62,6 +67,7 @@ type rawResolver struct {
 type rawRule struct {
 	Name           at[string]   `yaml:"name"`
 	Hosts          []at[string] `yaml:"hosts"`
+	HostsFiles     []at[string] `yaml:"hosts_files"`
 	Ports          []at[string] `yaml:"ports"`
 	CIDRs          []at[string] `yaml:"cidrs"`
 	Pages          []at[string] `yaml:"pages"`
@@ -74,8 +80,9 @@ type rawRule struct {
 }
 
 type rawDeny struct {
-	Hosts []at[string] `yaml:"hosts"`
-	CIDRs []at[string] `yaml:"cidrs"`
+	Hosts      []at[string] `yaml:"hosts"`
+	CIDRs      []at[string] `yaml:"cidrs"`
+	HostsFiles []at[string] `yaml:"hosts_files"`
 }
 
 type rawIdentity struct {
@@ -119,6 +126,12 @@ type rawLimits struct {
 	QueryBytes       at[int]    `yaml:"query_bytes"`
 	DNSWildcardNames at[int]    `yaml:"dns_wildcard_names"`
 	DNSExactOnly     at[bool]   `yaml:"dns_exact_only"`
+
+	RequestHeaderTimeout  at[string] `yaml:"request_header_timeout"`
+	ResponseHeaderTimeout at[string] `yaml:"response_header_timeout"`
+	ResponseHeaderBytes   at[int]    `yaml:"response_header_bytes"`
+	ResponseIdleTimeout   at[string] `yaml:"response_idle_timeout"`
+	ResponseTimeout       at[string] `yaml:"response_timeout"`
 }
 
 // ConfigError is one problem in a config file, located by file, line and
@@ -218,6 +231,7 @@ var (
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
 	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits", "Alerts": "alerts",
+	"Audit": "audit",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors with the field

@@ -162,6 +162,11 @@ func (p *Policy) HighRiskName(name string) bool {
 	if p.denyExact.has(name) {
 		return true
 	}
+	for _, l := range p.denyLists {
+		if l.Covers(name) {
+			return true
+		}
+	}
 	for s := name; ; {
 		if p.denySuffix.has(s) {
 			return true

@@ -17,6 +17,7 @@ type Policy struct {
 	Selftest   Selftest
 	Limits     Limits
 	Alerts     Alerts
+	Audit      Audit
 	Identities []Identity
 	Rules      []*Rule
 
@@ -33,6 +34,7 @@ type Policy struct {
 	denyExact  hostIndex // values unused
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
+	denyLists  []*DomainSet // deny.hosts_files
 }
 
 // Listen holds the listen addresses ("host:port"); empty means off.
@@ -94,6 +96,27 @@ type Limits struct {
 	// no budget. DNSExactOnly resolves only names a rule lists exactly.
 	DNSWildcardNames int
 	DNSExactOnly     bool
+
+	// The upstream side: a client's request head must arrive within
+	// RequestHeaderTimeout; an origin's response head within
+	// ResponseHeaderTimeout and ResponseHeaderBytes; its body may pause
+	// at most ResponseIdleTimeout between bytes and last at most
+	// ResponseTimeout in all. A response cut by one of them, or whose
+	// client left, releases its upstream socket at once.
+	RequestHeaderTimeout  time.Duration
+	ResponseHeaderTimeout time.Duration
+	ResponseHeaderBytes   int
+	ResponseIdleTimeout   time.Duration
+	ResponseTimeout       time.Duration
+}
+
+// Audit says what egressd does when its audit log (serve --audit-log)
+// cannot be written.
+type Audit struct {
+	// OnErrorAllow lets allowed traffic through unaudited (audit.on_error:
+	// allow); false (deny, the default) refuses it with 503
+	// audit-unavailable until writes succeed again.
+	OnErrorAllow bool
 }
 
 // Identity names a client by source CIDRs or proxy user name.

@@ -58,6 +58,8 @@ var (
 	ReasonNotProxyRequest       = newReason("not-proxy-request", 400, "this is a forward proxy: send absolute-form requests (http://host/path) or CONNECT")
 	ReasonConnLimit             = newReason("conn-limit", 429, "too many concurrent connections for this identity: close some and retry")
 	ReasonNotReady              = newReason("not-ready", 503, "egressd is not ready: the self-test has not passed yet (see /readyz)")
+	ReasonAuditUnavailable      = newReason("audit-unavailable", 503, "egressd cannot write its audit log and lets nothing through that it cannot record: ask the operator")
+	ReasonFDLimit               = newReason("fd-limit", 503, "egressd is out of file descriptors: new connections are shed; retry later")
 	ReasonUpstreamUnreachable   = newReason("upstream-unreachable", 502, "the upstream could not be reached")
 	ReasonUpstreamTimeout       = newReason("upstream-timeout", 504, "the upstream did not answer in time")
 

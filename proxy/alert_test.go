@@ -125,10 +125,10 @@ identities:
 		if got != tt.alert {
 			t.Errorf("%s: alert %q, want %q", tt.name, got, tt.alert)
 		}
-		if n := gathered(t, reg, "egressd_high_risk_total"); n != tt.highRisk {
+		if n := sumMetric(t, reg, "egressd_high_risk_total"); n != tt.highRisk {
 			t.Errorf("%s: egressd_high_risk_total %v, want %v", tt.name, n, tt.highRisk)
 		}
-		if n := gathered(t, reg, "egressd_probe_requests_total"); n != tt.probes {
+		if n := sumMetric(t, reg, "egressd_probe_requests_total"); n != tt.probes {
 			t.Errorf("%s: egressd_probe_requests_total %v, want %v", tt.name, n, tt.probes)
 		}
 	}
@@ -142,8 +142,8 @@ type atomicPort struct {
 func (a *atomicPort) set(p uint16) { a.mu.Lock(); a.p = p; a.mu.Unlock() }
 func (a *atomicPort) get() uint16  { a.mu.Lock(); defer a.mu.Unlock(); return a.p }
 
-// gathered sums a counter family's values in reg.
-func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// sumMetric sums a counter family's values in reg.
+func sumMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

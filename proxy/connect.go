@@ -46,8 +46,8 @@ func (x *Proxy) onConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectA
 		ctx.Resp = x.denyDecision(r, rq)
 		return goproxy.RejectConnect, host
 	}
-	if !x.isReady(r.RemoteAddr) {
-		ctx.Resp = x.deny(r, rq, policy.ReasonNotReady, rq.d.RuleName(), policy.ReasonNotReady.Help())
+	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
+		ctx.Resp = x.deny(r, rq, reason, rq.d.RuleName(), detail)
 		return goproxy.RejectConnect, host
 	}
 	if rq.d.Inspect {

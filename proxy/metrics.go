@@ -12,6 +12,8 @@ type metrics struct {
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
 	probes          *prometheus.CounterVec // probe traffic, by its own identity
+	responsesCut    *prometheus.CounterVec
+	shed            prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,11 +34,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressd_decision_seconds", Help: "Time from request to policy decision.",
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 0.1},
 		}),
+		responsesCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_responses_cut_total", Help: "Allowed responses cut short by egressd: a limits.response_* bound, or the client left.",
+		}, []string{"why"}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_connections_shed_total", Help: "Client connections answered 503 fd-limit: too few file descriptors left above the reserve.",
+		}),
 	}
 	m.probes = newProbeMetric()
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.probes)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.probes)
 	}
 	return m
 }

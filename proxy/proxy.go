@@ -49,6 +49,13 @@ type Config struct {
 	// — denials still get their 403, which is never less safe. nil: always
 	// ready.
 	Ready func() bool
+	// Gate, when set, is asked about every allowed request or tunnel with
+	// the very policy that decided it: a non-empty reason refuses it with
+	// 503 and that reason (e.g. "not-ready" for a policy whose self-test
+	// has not passed, "audit-unavailable"). Asking with the deciding policy,
+	// not a separate flag, is what makes a reload's swap and its gate one
+	// step. nil: no gate.
+	Gate func(p *policy.Policy) (reason policy.Reason, detail string)
 	// ReadyExempt lets a client connection (by its remote address) through
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
@@ -61,6 +68,12 @@ type Config struct {
 	// attempt by an evaluation identity (never of probe traffic). It runs
 	// on the request path: it must not block.
 	Alert func(Attempt)
+	// FDReserve is how many file descriptors the proxy leaves to the rest
+	// of egressd (admin endpoint, netlink, audit log, DNS): below it new
+	// clients are shed with 503 fd-limit. 0: 128; negative: no shedding.
+	FDReserve int
+	// FDLimit replaces the soft RLIMIT_NOFILE as the ceiling (tests).
+	FDLimit func() int
 }
 
 // Attempt is a decision worth an alert.
@@ -89,10 +102,12 @@ type Proxy struct {
 	log    *slog.Logger
 	m      *metrics
 	ready  func() bool
+	gate   func(*policy.Policy) (policy.Reason, string)
 	exempt func(netip.AddrPort) bool
 	probe  ProbeHooks
 	alert  func(Attempt)
 	ids    *tracker
+	fds    *fdGuard
 
 	mu      sync.Mutex
 	self    map[netip.AddrPort]bool
@@ -114,6 +129,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		log:    cfg.Logger,
 		m:      newMetrics(cfg.Registry),
 		ready:  cfg.Ready,
+		gate:   cfg.Gate,
 		exempt: cfg.ReadyExempt,
 		probe:  cfg.Probe,
 		alert:  cfg.Alert,
@@ -122,6 +138,16 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	if x.log == nil {
 		x.log = slog.New(slog.DiscardHandler)
+	}
+	x.fds = &fdGuard{limit: fdLimit, count: fdCount, reserve: cfg.FDReserve}
+	switch {
+	case cfg.FDReserve == 0:
+		x.fds.reserve = defaultFDReserve
+	case cfg.FDReserve < 0:
+		x.fds.limit = func() int { return 0 }
+	}
+	if cfg.FDLimit != nil && cfg.FDReserve >= 0 {
+		x.fds.limit = cfg.FDLimit
 	}
 	x.pol.Store(p)
 	x.dialer = &checkedDialer{
@@ -132,16 +158,17 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
-		Proxy:                 nil, // never chain through environment proxies
-		DialContext:           x.dialUpstream,
-		TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     false,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64, // Go's default of 2 throttles a proxy
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // never chain through environment proxies
+		DialContext:            x.dialUpstream,
+		TLSClientConfig:        &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      false,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    64, // Go's default of 2 throttles a proxy
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  p.Limits.ResponseHeaderTimeout, // at start; request.go follows reloads
+		MaxResponseHeaderBytes: int64(p.Limits.ResponseHeaderBytes),
+		ExpectContinueTimeout:  time.Second,
 	}
 	x.up = &upstream{dial: x.dialDecided, limits: x.tr}
 	gp := goproxy.NewProxyHttpServer()
@@ -188,7 +215,7 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 	p := x.Policy()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: p.Limits.RequestHeaderTimeout,
 		IdleTimeout:       p.Limits.IdleTimeout,
 		MaxHeaderBytes:    p.Limits.HeaderBytes,
 		ErrorLog:          log.New(io.Discard, "", 0),
@@ -197,7 +224,8 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 		},
 	}
 	x.track(srv)
-	return srv.Serve(&scanListener{Listener: l, headLimit: p.Limits.HeaderBytes})
+	shed := &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc}
+	return srv.Serve(&scanListener{Listener: shed, headLimit: p.Limits.HeaderBytes})
 }
 
 // Shutdown stops accepting, closes open tunnels, and waits for requests.
@@ -273,6 +301,9 @@ type request struct {
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
 	conn   *scanConn // client connection of an inspected tunnel
+	// w answers a plain request (nil inside tunnels): a slow response's
+	// head is flushed through it.
+	w http.ResponseWriter
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -287,7 +318,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		head, _ = sc.next()
 	}
-	rq := &request{start: start, method: r.Method, identity: x.identify(r)}
+	rq := &request{start: start, method: r.Method, identity: x.identify(r), w: w}
 	if isProbeAPI(r) {
 		x.serveProbeAPI(w, r, rq.identity)
 		return
@@ -447,15 +478,22 @@ func denyResponse(r *http.Request, reason policy.Reason, rule, detail, help stri
 	return resp
 }
 
-// isReady applies the Ready gate for a client at remote (host:port),
-// letting exempt connections through.
-func (x *Proxy) isReady(remote string) bool {
-	if x.ready == nil || x.ready() {
-		return true
+// refusal applies the Ready gate and the Gate to an allowed request or
+// tunnel decided by p for a client at remote (host:port): "" lets it
+// through, else the reason and detail of its 503. The self-test's own
+// connections are exempt.
+func (x *Proxy) refusal(p *policy.Policy, remote string) (reason policy.Reason, detail string) {
+	switch {
+	case x.ready != nil && !x.ready():
+		reason, detail = policy.ReasonNotReady, policy.ReasonNotReady.Help()
+	case x.gate != nil:
+		reason, detail = x.gate(p)
 	}
-	if x.exempt == nil {
-		return false
+	if !reason.Denies() || x.exempt == nil {
+		return reason, detail
 	}
-	ap, err := netip.ParseAddrPort(remote)
-	return err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	if ap, err := netip.ParseAddrPort(remote); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
+		return policy.ReasonAllowed, ""
+	}
+	return reason, detail
 }

@@ -402,8 +402,7 @@ func TestNotReady(t *testing.T) {
 }
 
 func TestUpstreamTimeout(t *testing.T) {
-	h := newHarness(t, testConfig, testNames)
-	h.px.tr.ResponseHeaderTimeout = 200 * time.Millisecond
+	h := newHarness(t, testConfig+"limits:\n  response_header_timeout: 200ms\n", testNames)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

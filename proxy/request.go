@@ -59,8 +59,8 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
 	}
-	if !x.isReady(r.RemoteAddr) {
-		return r, x.deny(r, rq, policy.ReasonNotReady, rq.d.RuleName(), policy.ReasonNotReady.Help())
+	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
+		return r, x.deny(r, rq, reason, rq.d.RuleName(), detail)
 	}
 	if resp := x.checkShape(r, rq, p); resp != nil {
 		return r, resp
@@ -178,12 +178,35 @@ func (x *Proxy) dialDecided(ctx context.Context, rq *request) (net.Conn, error) 
 // 502 for anything else. The decision is logged when the body is done.
 func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
 	rq, _ := r.Context().Value(keyDecision).(*request)
+	lim := &x.Policy().Limits
 	var resp *http.Response
 	var err error
+	var abort func()
+	var mayBlock func() bool
 	if syncable(r) {
-		resp, err = x.up.roundTrip(r, rq)
+		if resp, err = x.up.roundTrip(r, rq, lim); err == nil {
+			ub := resp.Body.(*upBody)
+			abort = func() { ub.pc.c.SetDeadline(time.Unix(1, 0)) }
+			mayBlock = func() bool { return ub.pc.br.Buffered() == 0 }
+		}
 	} else {
-		resp, err = x.tr.RoundTrip(r)
+		// The Transport's own header timeout is fixed at start; this one
+		// follows reloads, and cancel also ends the body read (abort).
+		ctx, cancel := context.WithCancelCause(r.Context())
+		var t *time.Timer
+		if d := lim.ResponseHeaderTimeout; d > 0 {
+			t = time.AfterFunc(d, func() {
+				cancel(fmt.Errorf("no response head within limits.response_header_timeout (%v): %w", d, context.DeadlineExceeded))
+			})
+		}
+		resp, err = x.tr.RoundTrip(r.WithContext(ctx))
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			cancel(nil)
+		}
+		abort = func() { cancel(errResponseCut) }
 	}
 	if err != nil {
 		reason := reasonFor(err)
@@ -194,9 +217,18 @@ func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response,
 		}
 		return x.deny(r, rq, reason, rq.d.RuleName(), err.Error()), nil
 	}
-	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, r: r, rq: rq, status: resp.StatusCode, out: max(r.ContentLength, 0)}
+	var flush func()
+	if rq.w != nil {
+		rc := http.NewResponseController(rq.w)
+		flush = func() { rc.Flush() }
+	}
+	g := guardBody(r.Context(), resp.Body, lim, abort, flush, mayBlock)
+	resp.Body = &countingBody{ReadCloser: g, guard: g, x: x, r: r, rq: rq, status: resp.StatusCode, out: max(r.ContentLength, 0)}
 	return resp, nil
 }
+
+// errResponseCut cancels a Transport response that a guard cut.
+var errResponseCut = errors.New("response cut by egressd's limits or its client leaving")
 
 // countingBody counts response bytes, and on the first Close counts the
 // bytes in the metrics and logs the decision.
@@ -205,6 +237,7 @@ type countingBody struct {
 	n    int64
 	once atomic.Bool
 
+	guard  *guardedBody
 	x      *Proxy
 	r      *http.Request
 	rq     *request
@@ -223,7 +256,11 @@ func (b *countingBody) Close() error {
 	if b.once.CompareAndSwap(false, true) {
 		b.x.m.bytesIn.Add(float64(b.n))
 		b.x.m.bytesOut.Add(float64(b.out))
-		b.x.logDecision(b.r.Context(), b.rq, b.status, "", b.n, b.out)
+		detail := b.guard.cutReason()
+		if detail != "" {
+			b.x.m.responsesCut.WithLabelValues(detail).Inc()
+		}
+		b.x.logDecision(b.r.Context(), b.rq, b.status, detail, b.n, b.out)
 	}
 	return err
 }

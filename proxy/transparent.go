@@ -122,8 +122,8 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)
 		return
 	}
-	if !x.isReady(c.RemoteAddr().String()) {
-		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, policy.ReasonNotReady, policy.ReasonNotReady.Help(), 0, 0)
+	if reason, detail := x.refusal(p, c.RemoteAddr().String()); reason.Denies() {
+		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, reason, detail, 0, 0)
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/policy"
@@ -27,6 +28,12 @@ import (
 // A connection is reused only for the same normalized host, port and
 // policy rule that it was dialed and checked for, and only after a
 // response whose framing ended cleanly with nothing left over.
+//
+// A response is bounded on both paths (policy.Limits): its head by
+// ResponseHeaderTimeout and ResponseHeaderBytes, its body by
+// ResponseIdleTimeout between bytes and ResponseTimeout in all, and by its
+// client: a client that leaves aborts the upstream read at once, so a
+// stalled or dribbling origin cannot accumulate sockets and goroutines.
 type upstream struct {
 	dial func(ctx context.Context, rq *request) (net.Conn, error)
 	// limits is the Transport used for everything else: its
@@ -51,6 +58,9 @@ const (
 	upReadBuf = 16 << 10
 )
 
+// errHeadTooBig is a response head over limits.response_header_bytes.
+var errHeadTooBig = errors.New("response head over limits.response_header_bytes")
+
 // errStale marks a failure on a pooled connection before any byte of a
 // response arrived: the origin had closed it, and a replayable request
 // may be sent again on a new connection.
@@ -74,7 +84,7 @@ func replayable(r *http.Request) bool {
 	return r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Idempotency-Key") != ""
 }
 
-func (u *upstream) roundTrip(r *http.Request, rq *request) (*http.Response, error) {
+func (u *upstream) roundTrip(r *http.Request, rq *request, lim *policy.Limits) (*http.Response, error) {
 	key := upKey{host: rq.d.Host, port: rq.target.Port, rule: rq.d.Rule}
 	for retried := false; ; retried = true {
 		pc := u.get(key)
@@ -86,7 +96,7 @@ func (u *upstream) roundTrip(r *http.Request, rq *request) (*http.Response, erro
 			}
 			pc = u.newConn(c, key)
 		}
-		resp, err := pc.roundTrip(r, u.limits.ResponseHeaderTimeout)
+		resp, err := pc.roundTrip(r, lim)
 		if err == nil {
 			return resp, nil
 		}
@@ -102,6 +112,7 @@ func (u *upstream) roundTrip(r *http.Request, rq *request) (*http.Response, erro
 type upConn struct {
 	u      *upstream
 	c      net.Conn
+	lim    headLimit // under br: bounds what a response head may read
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	key    upKey
@@ -114,12 +125,35 @@ func (u *upstream) newConn(c net.Conn, key upKey) *upConn {
 	u.mu.Lock()
 	gen := u.gen
 	u.mu.Unlock()
-	return &upConn{u: u, c: c, br: bufio.NewReaderSize(c, upReadBuf), bw: bufio.NewWriterSize(c, 4<<10), key: key, gen: gen}
+	pc := &upConn{u: u, c: c, lim: headLimit{r: c, n: -1}, bw: bufio.NewWriterSize(c, 4<<10), key: key, gen: gen}
+	pc.br = bufio.NewReaderSize(&pc.lim, upReadBuf)
+	return pc
+}
+
+// headLimit fails reads once n bytes were read (n < 0: no limit).
+type headLimit struct {
+	r io.Reader
+	n int64
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return l.r.Read(p)
+	}
+	if l.n == 0 {
+		return 0, errHeadTooBig
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }
 
 // roundTrip writes r and reads the response head. Errors before the first
 // response byte are errStale (the caller decides whether that matters).
-func (pc *upConn) roundTrip(r *http.Request, headerTimeout time.Duration) (*http.Response, error) {
+func (pc *upConn) roundTrip(r *http.Request, lim *policy.Limits) (*http.Response, error) {
 	ctx := r.Context()
 	// A client that goes away must not leave the origin read hanging.
 	stop := context.AfterFunc(ctx, func() { pc.c.SetDeadline(time.Unix(1, 0)) })
@@ -130,9 +164,14 @@ func (pc *upConn) roundTrip(r *http.Request, headerTimeout time.Duration) (*http
 		}
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if headerTimeout > 0 {
-		pc.c.SetDeadline(time.Now().Add(headerTimeout))
+	if lim.ResponseHeaderTimeout > 0 {
+		pc.c.SetDeadline(time.Now().Add(lim.ResponseHeaderTimeout))
 	}
+	if lim.ResponseHeaderBytes > 0 {
+		// the head, plus what the buffer may read ahead of the body
+		pc.lim.n = int64(lim.ResponseHeaderBytes) + upReadBuf
+	}
+	defer func() { pc.lim.n = -1 }()
 	err := r.Write(pc.bw) // no body: only the head, into the buffer
 	if err == nil {
 		err = pc.bw.Flush()
@@ -164,6 +203,88 @@ func (pc *upConn) roundTrip(r *http.Request, headerTimeout time.Duration) (*http
 	pc.c.SetDeadline(time.Time{})
 	resp.Body = &upBody{body: resp.Body, pc: pc, reusable: !resp.Close && !r.Close, eof: resp.Body == http.NoBody}
 	return resp, nil
+}
+
+// guardedBody bounds a response body in flight: a Read that waits more
+// than idle, a body that takes more than total, or a client that leaves
+// (ctx) aborts the upstream, so the blocked Read returns and socket and
+// goroutines go. Before a Read that may wait on the origin it flushes
+// what the client's writer holds: the head and the bytes so far reach a
+// long-polling or streaming client at once, not after 4 KiB.
+type guardedBody struct {
+	io.ReadCloser
+	abort      func()      // ends the upstream read; safe from any goroutine
+	flush      func()      // sends what the client's writer buffered (nil: none)
+	mayBlock   func() bool // whether the next Read may wait on the origin
+	idle       time.Duration
+	idleTimer  *time.Timer
+	totalTimer *time.Timer
+	stopCtx    func() bool
+	why        atomic.Pointer[string] // what cut the body, once
+}
+
+// Reasons a guarded body was cut, in the decision log's detail.
+const (
+	cutIdle       = "upstream sent nothing for limits.response_idle_timeout"
+	cutTotal      = "response took longer than limits.response_timeout"
+	cutClientGone = "client left"
+)
+
+func guardBody(ctx context.Context, body io.ReadCloser, lim *policy.Limits, abort, flush func(), mayBlock func() bool) *guardedBody {
+	g := &guardedBody{ReadCloser: body, abort: abort, flush: flush, mayBlock: mayBlock, idle: lim.ResponseIdleTimeout}
+	if lim.ResponseTimeout > 0 {
+		g.totalTimer = time.AfterFunc(lim.ResponseTimeout, func() { g.cut(cutTotal) })
+	}
+	if g.idle > 0 {
+		g.idleTimer = time.AfterFunc(g.idle, func() { g.cut(cutIdle) })
+		g.idleTimer.Stop() // runs only while a Read waits
+	}
+	g.stopCtx = context.AfterFunc(ctx, func() { g.cut(cutClientGone) })
+	return g
+}
+
+func (g *guardedBody) cut(why string) {
+	if g.why.CompareAndSwap(nil, &why) {
+		g.abort()
+	}
+}
+
+// cutReason says what cut the body ("" if nothing did).
+func (g *guardedBody) cutReason() string {
+	if p := g.why.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (g *guardedBody) Read(p []byte) (int, error) {
+	if g.flush != nil && (g.mayBlock == nil || g.mayBlock()) {
+		g.flush()
+	}
+	if g.idleTimer != nil {
+		g.idleTimer.Reset(g.idle)
+	}
+	n, err := g.ReadCloser.Read(p)
+	if g.idleTimer != nil {
+		g.idleTimer.Stop()
+	}
+	if err != nil && err != io.EOF {
+		if why := g.cutReason(); why != "" {
+			err = fmt.Errorf("%s: %w", why, err)
+		}
+	}
+	return n, err
+}
+
+func (g *guardedBody) Close() error {
+	g.stopCtx()
+	if g.idleTimer != nil {
+		g.idleTimer.Stop()
+	}
+	if g.totalTimer != nil {
+		g.totalTimer.Stop()
+	}
+	return g.ReadCloser.Close()
 }
 
 // upBody returns its connection to the pool when the body was read to

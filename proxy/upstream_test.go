@@ -204,7 +204,7 @@ func TestUpstreamNotPooledEarlyClose(t *testing.T) {
 	rq := &request{target: mustTarget(t, "http://allowed.test:"+o.port()+"/"), method: "GET"}
 	rq.d = h.px.Policy().DecideRequest(&rq.target, "GET", "", 0)
 	req, _ := http.NewRequest("GET", "http://allowed.test:"+o.port()+"/", nil)
-	resp, err := h.px.up.roundTrip(req, rq)
+	resp, err := h.px.up.roundTrip(req, rq, &h.px.Policy().Limits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestUpstreamCloseIdle(t *testing.T) {
 	rq.d = h.px.Policy().DecideRequest(&rq.target, "GET", "", 0)
 	get := func() *http.Response {
 		req, _ := http.NewRequest("GET", url, nil)
-		resp, err := h.px.up.roundTrip(req, rq)
+		resp, err := h.px.up.roundTrip(req, rq, &h.px.Policy().Limits)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,13 +56,13 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	var sink *audit.Sink
 	if *auditLog != "" {
-		sink, err := audit.Open(*auditLog)
-		if err != nil {
+		if sink, err = audit.Open(*auditLog); err != nil {
 			fmt.Fprintf(stderr, "egressd: %v\n", err)
 			return exitUsage
 		}
-		defer sink.Close() // the seal, after Run returns
+		defer sink.Close() // on early exits; Run's stop seals it and reports a failure
 		log = slog.New(sink.Handler(log.Handler()))
 	}
 	authority, err := ca.LoadOrCreate(filepath.Join(*stateDir, "ca"))
@@ -76,6 +76,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		CA:              authority,
 		NoSelftest:      *noSelftest,
 		AllowUnverified: *allowUnverified,
+		Audit:           sink,
 		ProbeResult: func(r daemon.ProbeResult) error {
 			return selftest.AppendHistory(*stateDir, selftest.HistoryLine{Source: "probe", Mode: "sandbox", Identity: r.Identity, Report: r.Report})
 		},

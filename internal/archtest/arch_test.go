@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"event":           {},
 	"proxy":           {"policy", "event"},
 	"dnsfilter":       {"policy"},
-	"daemon":          {"policy", "proxy", "dnsfilter", "selftest", "selftest/plan"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "selftest", "selftest/plan"},
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
 	"selftest/plan":    {"policy", "selftest"},

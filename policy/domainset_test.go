@@ -1,0 +1,271 @@
+package policy
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDomainSet(t *testing.T) {
+	list := "# threat list\n\nEvil.Example\n*.tracker.example.\n  spaced.example  \r\nevil.example\nx_y.example\n"
+	s, err := readDomainSet(strings.NewReader(list), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 4 {
+		t.Errorf("Len %d, want 4 (a duplicate dropped)", s.Len())
+	}
+	for name, want := range map[string]bool{
+		"evil.example": true, "a.b.evil.example": true, "tracker.example": true, "x.tracker.example": true,
+		"spaced.example": true, "x_y.example": true,
+		"example": false, "notevil.example": false, "evil.example.org": false, "": false, "good.example": false,
+	} {
+		if got := s.Covers(name); got != want {
+			t.Errorf("Covers(%q) = %v, want %v", name, got, want)
+		}
+	}
+	for _, tt := range []struct{ list, want string }{
+		{"ok.example\n1.2.3.4\n", "line 2"},
+		{"a..b\n", "empty label"},
+		{"bücher.example\n", "xn--"},
+		{strings.Repeat("a", 64) + ".example\n", "63"},
+		{"a b.example\n", "not allowed"},
+	} {
+		if _, err := readDomainSet(strings.NewReader(tt.list), 0); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want an error containing %q", tt.list, err, tt.want)
+		}
+	}
+	var empty *DomainSet
+	if empty.Covers("x.example") {
+		t.Error("a nil set covers a name")
+	}
+}
+
+// TestDenyHostsFiles: deny.hosts_files, relative to the config, deny the
+// listed names and the names under them, in the proxy and DNS decisions,
+// even under an allow rule; a bad list is a config error with its line.
+func TestDenyHostsFiles(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "threats.txt"), []byte("bad.example.com\n"), 0o600)
+	cfg := filepath.Join(dir, "egressd.yaml")
+	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - hosts: [\"*.example.com\", ok.example.com]\ndeny:\n  hosts_files: [threats.txt]\n"), 0o600)
+	p, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.RuleForName("x.bad.example.com") != nil || p.RuleForName("bad.example.com") != nil {
+		t.Error("a listed name resolves")
+	}
+	if p.RuleForName("ok.example.com") == nil {
+		t.Error("an unlisted allowed name is refused")
+	}
+	if d := p.DecideTarget(mustParseAuthority(t, "x.bad.example.com:443")); d.Allow {
+		t.Errorf("CONNECT to a listed name: %+v", d)
+	}
+	os.WriteFile(filepath.Join(dir, "threats.txt"), []byte("bad.example.com\n10.0.0.1\n"), 0o600)
+	if _, err := Load(cfg); err == nil || !strings.Contains(err.Error(), "deny.hosts_files[0]") || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("bad list: %v", err)
+	}
+}
+
+func mustParseAuthority(t *testing.T, s string) *Target {
+	t.Helper()
+	tg, err := ParseAuthority(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tg
+}
+
+func FuzzDomainSet(f *testing.F) {
+	f.Add("evil.example\n# c\n*.x.example.\n")
+	f.Add("a..b\n\r\n")
+	f.Fuzz(func(t *testing.T, list string) {
+		s, err := readDomainSet(strings.NewReader(list), int64(len(list)))
+		if err != nil {
+			return
+		}
+		// every accepted name is covered, under its normalized form
+		for l := range strings.SplitSeq(list, "\n") {
+			n, bad := normalizeListName([]byte(l))
+			if bad == "" && len(n) > 0 && !s.Covers(string(n)) {
+				t.Fatalf("accepted %q but does not cover it", n)
+			}
+		}
+	})
+}
+
+// writeList generates a list of n names like a category list's
+// (registrable domains and hosts under them, 10–30 bytes) at path.
+func writeList(tb testing.TB, path string, n int) {
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	for i := range n {
+		if i%3 == 0 {
+			fmt.Fprintf(w, "cdn%d.site%d.example\n", i%7, i)
+		} else {
+			fmt.Fprintf(w, "site%d.example\n", i)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	f.Close()
+}
+
+// listSize is the list size for the benchmarks: EGRESSD_LIST_NAMES, else
+// one million (40 million needs ~2 GiB of RAM and a minute).
+func listSize() int {
+	if n, err := strconv.Atoi(os.Getenv("EGRESSD_LIST_NAMES")); err == nil && n > 0 {
+		return n
+	}
+	return 1_000_000
+}
+
+// BenchmarkDomainSetLoad loads a generated list and reports the names, the
+// heap the set keeps (MiB-kept), the process's peak RSS (MiB-peak-rss,
+// VmHWM: includes the test binary) and the load time per list (s/load).
+func BenchmarkDomainSetLoad(b *testing.B) {
+	n := listSize()
+	path := filepath.Join(b.TempDir(), "list.txt")
+	writeList(b, path, n)
+	b.ResetTimer()
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		cpu := cpuSeconds()
+		start := time.Now()
+		s, err := LoadDomainSet(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "s/load")
+		b.ReportMetric(cpuSeconds()-cpu, "s-cpu/load")
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(s.Len()), "names")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MiB-kept")
+		b.ReportMetric(peakRSS(), "MiB-peak-rss")
+		runtime.KeepAlive(s)
+	}
+}
+
+// BenchmarkDomainSetCovers: lookups of a 4-label name against the
+// generated list — a hit on its registrable domain, and a miss (4 probes).
+func BenchmarkDomainSetCovers(b *testing.B) {
+	n := listSize()
+	path := filepath.Join(b.TempDir(), "list.txt")
+	writeList(b, path, n)
+	s, err := LoadDomainSet(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hits := make([]string, 1024)
+	misses := make([]string, 1024)
+	for i := range hits {
+		k := (i*7919)%n/3*3 + 1 // a name listed as site<k>.example
+		hits[i] = fmt.Sprintf("a.b.site%d.example", k)
+		misses[i] = fmt.Sprintf("a.b.other%d.example", k)
+	}
+	b.Run("hit", func(b *testing.B) {
+		for i := range b.N {
+			if !s.Covers(hits[i&1023]) {
+				b.Fatal("miss")
+			}
+		}
+	})
+	b.Run("miss", func(b *testing.B) {
+		for i := range b.N {
+			if s.Covers(misses[i&1023]) {
+				b.Fatal("hit")
+			}
+		}
+	})
+}
+
+// peakRSS is the process's VmHWM in MiB (0 where /proc is not there).
+func peakRSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return float64(kb) / 1024
+		}
+	}
+	return 0
+}
+
+// TestAllowHostsFiles: an allow rule's hosts_files hold patterns as its
+// hosts do, one a line; errors name the list's file and line.
+func TestAllowHostsFiles(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "allow.txt"), []byte("# fleet allowlist\npypi.example.com\n\n*.svc.example.org\n"), 0o600)
+	cfg := filepath.Join(dir, "egressd.yaml")
+	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - name: fleet\n    hosts_files: [allow.txt]\n"), 0o600)
+	p, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"pypi.example.com": true, "a.svc.example.org": true, "svc.example.org": false, "x.pypi.example.com": false, "example.org": false} {
+		if got := p.RuleForName(name) != nil; got != want {
+			t.Errorf("%s allowed %v, want %v", name, got, want)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "allow.txt"), []byte("ok.example.com\n*.com\n"), 0o600)
+	if _, err := Load(cfg); err == nil || !strings.Contains(err.Error(), "allow.txt:2") {
+		t.Errorf("bad list: %v, want allow.txt:2", err)
+	}
+}
+
+// BenchmarkLoad1MHostsFile: a policy whose 1,000,000 hosts (half exact,
+// half wildcards) are in a hosts file, as a fleet's generated allowlist
+// should be; reports the load's CPU seconds, the heap it keeps and the
+// process's peak RSS.
+func BenchmarkLoad1MHostsFile(b *testing.B) {
+	dir := b.TempDir()
+	f, _ := os.Create(filepath.Join(dir, "hosts.txt"))
+	w := bufio.NewWriterSize(f, 1<<20)
+	for k := range 1_000_000 {
+		if k%2 == 0 {
+			fmt.Fprintf(w, "host%d.example%d.com\n", k, k%997)
+		} else {
+			fmt.Fprintf(w, "*.svc%d.example%d.org\n", k, k%991)
+		}
+	}
+	w.Flush()
+	f.Close()
+	cfg := filepath.Join(dir, "egressd.yaml")
+	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - name: fleet\n    ports: [443]\n    hosts_files: [hosts.txt]\n"), 0o600)
+	b.ResetTimer()
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		cpu := cpuSeconds()
+		start := time.Now()
+		p, err := Load(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "s/load")
+		b.ReportMetric(cpuSeconds()-cpu, "s-cpu/load")
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MiB-kept")
+		b.ReportMetric(peakRSS(), "MiB-peak-rss")
+		runtime.KeepAlive(p)
+	}
+}

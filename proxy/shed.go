@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Descriptor reserve. At the process's descriptor ceiling everything that
+// opens a file fails at once — the admin endpoint an operator needs then,
+// the walls' netlink socket, the audit log. So the proxy stops accepting
+// clients while fewer than FDReserve descriptors are left: a new client is
+// answered 503 fd-limit and closed (counted in
+// egressd_connections_shed_total), and the descriptors in reserve stay for
+// the rest. The count of open descriptors is sampled every fdSampleEvery
+// (reading /proc/self/fd off the request path); between samples each
+// accepted client is counted as two (its socket and an upstream's).
+const (
+	defaultFDReserve = 128
+	fdSampleEvery    = 100 * time.Millisecond
+)
+
+const shedResponse = "HTTP/1.1 503 Service Unavailable\r\nX-Egressd-Deny: fd-limit\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 88\r\n\r\n" +
+	"egressd: 503 fd-limit: out of file descriptors: new connections are shed; retry later\n\n"
+
+// fdGuard decides whether another client connection may be accepted.
+type fdGuard struct {
+	limit   func() int // the descriptor ceiling (soft RLIMIT_NOFILE); 0: unknown
+	count   func() int // open descriptors now; -1: unknown
+	reserve int
+
+	mu      sync.Mutex
+	sampled time.Time
+	open    int          // at the last sample
+	since   atomic.Int64 // clients accepted since the last sample
+}
+
+// admit reports whether a new client fits above the reserve.
+func (g *fdGuard) admit(now time.Time) bool {
+	g.mu.Lock()
+	if now.Sub(g.sampled) >= fdSampleEvery {
+		g.sampled, g.open = now, g.count()
+		g.since.Store(0)
+	}
+	open := g.open
+	g.mu.Unlock()
+	lim := g.limit()
+	if lim <= 0 || open < 0 {
+		return true
+	}
+	if open+2*int(g.since.Load())+2 > lim-g.reserve {
+		return false
+	}
+	g.since.Add(1)
+	return true
+}
+
+// shedListener sheds clients that do not fit above the reserve.
+type shedListener struct {
+	net.Listener
+	g    *fdGuard
+	shed func()
+}
+
+func (l *shedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil || l.g.admit(time.Now()) {
+			return c, err
+		}
+		l.shed()
+		go func() { // never hold up the accept loop on a slow client
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			io.WriteString(c, shedResponse)
+			c.Close()
+		}()
+	}
+}
