@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -564,7 +565,7 @@ func (d *Daemon) Reload(ctx context.Context, why string) error {
 	if !d.opt.NoSelftest {
 		v := d.verify(ctx, "reload", next)
 		if !v.Sealed || v.Err != nil {
-			return d.rollback(ctx, why, old, wasStatus, fmt.Errorf("self-test: leaks %v, err %v", v.Leaks, v.Err))
+			return d.rollback(ctx, why, old, wasStatus, verdictError(v))
 		}
 		d.setReadiness(next, v)
 	}
@@ -597,6 +598,15 @@ func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, w
 	d.reloads.WithLabelValues("rolled-back").Inc()
 	d.log.Error("reload rolled back: the old policy stays in force", "trigger", why, "err", cause)
 	return fmt.Errorf("reload rolled back: %w", cause)
+}
+
+// verdictError says why a verdict keeps a policy out: the self-test could
+// not run, or the leaks it found.
+func verdictError(v Verdict) error {
+	if v.Err != nil {
+		return fmt.Errorf("the self-test could not run: %w", v.Err)
+	}
+	return fmt.Errorf("the new policy leaks: %s", strings.Join(v.Leaks, "; "))
 }
 
 // testHookSwapped, when set (tests), runs in Reload right after the new

@@ -52,7 +52,7 @@ func TestValidateContract(t *testing.T) {
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("version: 1\nallow:\n  - hosts: [\"*.com\"]\n    bogus: 1\n"), 0o600)
 	code, _, errs := runCmd("validate", "--config", bad)
-	if code != exitUsage || !strings.Contains(errs, bad+":3: allow[0].hosts[0]") || !strings.Contains(errs, bad+`:4: allow[]: unknown key "bogus"`) {
+	if code != exitUsage || !strings.Contains(errs, bad+":3: allow[0].hosts[0]") || !strings.Contains(errs, bad+`:4: allow[0]: unknown key "bogus"`) {
 		t.Errorf("broken config: exit %d, stderr %q", code, errs)
 	}
 	if code, out, _ := runCmd("validate"); code != exitOK || !strings.Contains(out, "ok") {

@@ -281,7 +281,7 @@ func TestServeSelftest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs, "reload rolled back: the new policy leaks") || !strings.Contains(logs, "http-canary") {
+	if !strings.Contains(logs, "reload rolled back") || !strings.Contains(logs, "the new policy leaks: http-canary") {
 		t.Fatalf("reload with a hole: not rolled back naming http-canary:\n%s", logs)
 	}
 	// the old policy holds: the canary is refused through the proxy...
