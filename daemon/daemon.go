@@ -606,6 +606,9 @@ func verdictError(v Verdict) error {
 	if v.Err != nil {
 		return fmt.Errorf("the self-test could not run: %w", v.Err)
 	}
+	if len(v.Leaks) == 0 && len(v.ControlsFailed) > 0 {
+		return fmt.Errorf("control-failed: a positive control could not reach its target, so the new policy is not proven (not a leak): %s", strings.Join(v.ControlsFailed, "; "))
+	}
 	return fmt.Errorf("the new policy leaks: %s", strings.Join(v.Leaks, "; "))
 }
 
