@@ -61,8 +61,17 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 		return nil, fmt.Errorf("open decision log: %w", err)
 	}
 	defer f.Close()
+	dl, err := parseDecisionLog(f)
+	if err != nil {
+		return nil, fmt.Errorf("read decision log %s: %w", path, err)
+	}
+	return dl, nil
+}
+
+// parseDecisionLog reads decision lines from r.
+func parseDecisionLog(r io.Reader) (*DecisionLog, error) {
 	dl := &DecisionLog{denials: map[[2]string]int{}, reached: map[[2]string]*reach{}}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, maxLogLineSize)
 	for sc.Scan() {
 		dl.lines++
@@ -108,7 +117,7 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 		dl.denials[[2]string{d.Reason, d.Host}]++
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read decision log %s: %w", path, err)
+		return nil, err
 	}
 	return dl, nil
 }
