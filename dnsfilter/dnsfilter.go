@@ -106,12 +106,6 @@ const (
 	resultIgnored     = "ignored"     // a response, not a query: never answered
 )
 
-// Reasons of NXDOMAIN answers for names a rule covers.
-const (
-	reasonWildcardBudget = "wildcard-budget" // a new name past the identity's budget under that wildcard
-	reasonExactOnly      = "exact-only"      // limits.dns_exact_only: only names a rule lists exactly
-)
-
 var allResults = []string{resultAnswered, resultFiltered, resultNoData, resultNXDomain, resultRateLimited,
 	resultServFail, resultFormErr, resultNotImp, resultIgnored}
 
@@ -275,9 +269,13 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		return
 	}
 	e.rule = rule.Name
-	switch v, wildcard, first := s.budget.Allow(p, e.identity, name, time.Now()); v {
+	budgetID := e.identity
+	if budgetID == "" {
+		budgetID = addrString(e.client) // no identity: each client address has its own budget
+	}
+	switch v, wildcard, first := s.budget.Allow(p, budgetID, name, time.Now()); v {
 	case policy.NameExactOnly:
-		s.deny(w, r, e, reasonExactOnly)
+		s.deny(w, r, e, policy.ReasonExactOnly.String())
 		return
 	case policy.NameOverBudget:
 		s.overBudget.WithLabelValues(identityLabel(e.identity)).Inc()
@@ -287,7 +285,7 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 				slog.Int("budget", p.Limits.DNSWildcardNames))
 		}
 		e.quiet = true // the warning above said it once
-		s.deny(w, r, e, reasonWildcardBudget)
+		s.deny(w, r, e, policy.ReasonWildcardBudget.String())
 		return
 	}
 	if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA {

@@ -5,6 +5,12 @@
 // returns a Decision value — allow or deny, with the rule, the reason, the
 // page type and whether the target is high-risk.
 //
+// The request classifiers (page types, the mirror grammars of each package
+// ecosystem, the git and read-only POST body grammars) live in
+// policy/classify; policy re-exports their types. NameBudget is the one
+// stateful helper: the per-identity budget of names under wildcard rules
+// that the DNS filter and the proxy's resolver share the logic of.
+//
 // It is pure: no sockets, no logging. The proxy and the DNS filter call it.
 //
 //	p, err := policy.Load("egressd.yaml")

@@ -64,6 +64,8 @@ func v6Spellings(a netip.Addr) []string {
 		"[2002:" + hex + "::]",
 		"[2002:" + hex + ":1::1]",
 		"[2001:0:4136:e378:8000:63bf:" + inv + "]",
+		"[2600::5efe:" + hex + "]",                 // ISATAP
+		"[2600:1:2:3:200:5efe:" + a.String() + "]", // ISATAP, u/l bit set
 	}
 }
 

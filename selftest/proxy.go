@@ -124,7 +124,8 @@ func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // then TLS for https. verify checks the server certificate against
 // Config.RootCAs; refusal probes do not verify, since whoever answers, an
 // answer from beyond egressd is a leak.
-func (r *runner) do(ctx context.Context, method, rawURL, ctype, body string, verify bool) (*response, error) {
+func (r *runner) do(ctx context.Context, q Request, verify bool) (*response, error) {
+	method, rawURL, ctype, body := q.Method, q.URL, q.ContentType, q.Body
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse %q: %w", rawURL, err)
@@ -138,6 +139,9 @@ func (r *runner) do(ctx context.Context, method, rawURL, ctype, body string, ver
 		return nil, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("User-Agent", r.userAgent())
+	for k, v := range q.Header {
+		req.Header.Set(k, v)
+	}
 	req.Close = true
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
@@ -220,7 +224,7 @@ func proxyErr(err error) outcome {
 }
 
 func (r *runner) refusedRequest(ctx context.Context, q Request, want string) outcome {
-	resp, err := r.do(ctx, q.Method, q.URL, q.ContentType, q.Body, false)
+	resp, err := r.do(ctx, q, false)
 	if err != nil {
 		return proxyErr(err)
 	}
@@ -336,7 +340,7 @@ func (r *runner) sniMismatch(ctx context.Context) outcome {
 
 // reachable is a positive control: the URL must answer through the proxy.
 func (r *runner) reachable(ctx context.Context, rawURL string) outcome {
-	resp, err := r.do(ctx, http.MethodGet, rawURL, "", "", true)
+	resp, err := r.do(ctx, Request{Method: http.MethodGet, URL: rawURL}, true)
 	var pe *proxyDialError
 	switch {
 	case errors.As(err, &pe):

@@ -157,6 +157,9 @@ type Request struct {
 	URL         string // absolute http:// or https:// URL
 	ContentType string
 	Body        string
+	// Header holds extra request headers the probe sends (a header-budget
+	// probe's oversized header).
+	Header map[string]string
 	// Reason, if set, is the X-Egressd-Deny value the refusal must carry.
 	Reason string
 }

@@ -22,7 +22,9 @@ func aptKnownWrites(_ *Request, p *pgPath, _ *pgQuery, safe bool) (PageType, str
 	case safe:
 	case p.index("pool") >= 0 && len(p.segs) > 0 && bytes.HasSuffix(p.low(len(p.segs)-1), []byte(".deb")):
 		return PageUpload, "known:apt-upload"
-	case p.is(0, "api") && (p.is(1, "files") || p.is(1, "repos") || p.is(1, "publish")):
+	case p.is(0, "api") && p.is(1, "files"):
+		return PageUpload, "known:aptly-upload"
+	case p.is(0, "api") && (p.is(1, "repos") || p.is(1, "publish")):
 		return PagePublish, "known:aptly-api"
 	}
 	return PageRead, ""

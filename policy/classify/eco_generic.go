@@ -10,12 +10,12 @@ var MirrorGeneric = register(&ecosystem{
 	publish:     Probe{"PUT", "/egressd-selftest", "application/octet-stream", "egressd-selftest"},
 })
 
-// genericKnownWrites: a file server takes uploads as PUT with a body or as
-// WebDAV methods, at any path.
+// genericKnownWrites: a file server takes uploads as PUT with a body (not
+// a JSON or form update) or as WebDAV methods, at any path.
 func genericKnownWrites(r *Request, _ *pgPath, _ *pgQuery, safe bool) (PageType, string) {
 	switch {
 	case safe:
-	case r.Method == "PUT" && r.ContentLength != 0:
+	case r.Method == "PUT" && r.ContentLength != 0 && !pgStructured(r.ContentType):
 		return PageUpload, "method:PUT-body"
 	case r.Method == "MKCOL", r.Method == "PROPPATCH", r.Method == "MOVE", r.Method == "COPY", r.Method == "LOCK", r.Method == "UNLOCK":
 		return PageUpload, "method:webdav"

@@ -16,6 +16,14 @@ var MirrorMaven = register(&ecosystem{
 // maven-metadata.xml), so any other method on such a path publishes.
 func mavenKnownWrites(_ *Request, p *pgPath, _ *pgQuery, safe bool) (PageType, string) {
 	n := len(p.segs)
+	if !safe && p.is(0, "api") && p.is(1, "v1") && p.is(2, "publisher") {
+		// Sonatype Central's Publisher API: upload a bundle, then publish
+		// or drop the deployment.
+		if p.is(3, "upload") {
+			return PageUpload, "known:sonatype-upload"
+		}
+		return PagePublish, "known:sonatype-publish"
+	}
 	if safe || n < 3 {
 		return PageRead, ""
 	}

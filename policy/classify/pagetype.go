@@ -203,7 +203,7 @@ func ClassifyPage(r *Request) (PageType, string) {
 		case pgBinary:
 			return PageUpload, "ctype:binary"
 		}
-		if r.Method == "PUT" && r.ContentLength != 0 {
+		if r.Method == "PUT" && r.ContentLength != 0 && !pgStructured(r.ContentType) {
 			return PageUpload, "method:PUT-body" // PUT stores bytes at a URL
 		}
 		switch r.Method {
@@ -422,6 +422,14 @@ func pgKnownWrite(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, strin
 		}
 	case "hooks.slack.com":
 		return PagePosting, "known:slack-webhook"
+	case "api.github.com":
+		switch {
+		case safe || !p.is(0, "repos"):
+		case p.is(3, "contents"):
+			return PageUpload, "known:github-contents" // create or update a file
+		case n == 3 && (r.Method == "PATCH" || r.Method == "DELETE"):
+			return PageAdmin, "known:github-repo-admin" // rename, visibility, delete
+		}
 	}
 	return PageRead, ""
 }
@@ -440,6 +448,12 @@ func pgDownload(r *Request, p *pgPath, q *pgQuery) string {
 	}
 	if p.index("download") >= 0 {
 		return "path:download"
+	}
+	if r.Host == "api.github.com" && (p.index("tarball") > 0 || p.index("zipball") > 0) {
+		return "known:github-archive"
+	}
+	if r.Host == "objects.githubusercontent.com" {
+		return "known:github-release-asset"
 	}
 	if n == 0 {
 		return ""
@@ -470,6 +484,14 @@ var pgArchiveExts = func() map[string]string {
 	}
 	return m
 }()
+
+// pgStructured reports a JSON or form body: a PUT of one updates a
+// resource (its words decide the page type) rather than storing bytes.
+func pgStructured(ct string) bool {
+	mt := mediaType(ct)
+	return strings.EqualFold(mt, "application/json") || strings.EqualFold(mt, "application/x-www-form-urlencoded") ||
+		len(mt) > 5 && strings.EqualFold(mt[len(mt)-5:], "+json")
+}
 
 // Content-Type kinds that decide a write's page type.
 const (
@@ -532,7 +554,7 @@ var pgHostLabels = func() map[string]pgHostRule {
 	}
 	add(PagePayment, false, "checkout", "pay", "payment", "payments", "billing", "buy", "donate")
 	add(PageLogin, false, "accounts", "login", "signin", "signup", "auth", "sso", "id", "idp", "identity", "passport")
-	add(PageAdmin, false, "admin", "console", "portal", "dashboard", "manage", "myaccount", "account", "cpanel", "settings")
+	add(PageAdmin, false, "admin", "console", "portal", "dashboard", "manage", "myaccount", "account", "cpanel", "settings", "iam")
 	add(PageUpload, false, "upload", "uploads")
 	add(PageDownload, false, "codeload", "dl", "download", "downloads", "release-assets")
 	add(PageRead, true, "docs", "developer", "developers", "support", "help", "learn", "blog")
@@ -557,7 +579,7 @@ var pgContentHostFirst = func() map[string]pgHostRule {
 
 // pgContentHosts are content hosts whose first label does not say so.
 var pgContentHosts = map[string]bool{"pkg.go.dev": true, "raw.githubusercontent.com": true,
-	"gist.githubusercontent.com": true}
+	"gist.githubusercontent.com": true, "www.w3.org": true, "cloud.google.com": true}
 
 // pgHostGuards are first segments that start a package page on registry
 // sites: what follows is a package name.
@@ -571,6 +593,11 @@ var pgPaymentHosts = map[string]string{
 	"www.paypal.com":   "host:www.paypal.com",
 	"api.paypal.com":   "host:api.paypal.com",
 	"api-m.paypal.com": "host:api-m.paypal.com",
+	// Tip and sponsorship sites: every page is a payment page.
+	"www.buymeacoffee.com": "host:www.buymeacoffee.com",
+	"buymeacoffee.com":     "host:buymeacoffee.com",
+	"ko-fi.com":            "host:ko-fi.com",
+	"liberapay.com":        "host:liberapay.com",
 }
 
 // pgSpan is one path segment: bounds into pgPath.b (original case) and, at
@@ -747,7 +774,7 @@ var pgWords = func() map[string]pgWord {
 	// Squashed spellings (sign_in, Sign-Up, UserLogin) are looked up too.
 	add(wLogin, "login", "logon", "logout", "signin", "signup", "signon", "signout", "register", "registration",
 		"join", "session", "sessions", "servicelogin", "userlogin", "createaccount", "password", "passwords",
-		"forgot", "auth", "authenticate", "sso", "saml", "mfa", "2fa", "twofactor", "webauthn", "passkeys")
+		"forgot", "reset", "auth", "authenticate", "sso", "saml", "mfa", "2fa", "twofactor", "webauthn", "passkeys")
 	add(wCred, "token", "tokens", "apikey", "apikeys", "credential", "credentials")
 	add(wUpload, "upload", "uploads", "attachment", "attachments", "media-new.php")
 	add(wUploadPage, "upload", "media-new.php")
@@ -759,7 +786,7 @@ var pgWords = func() map[string]pgWord {
 		"webhook", "webhooks", "post", "posts", "issue", "issues", "pulls", "review", "reviews", "answer", "answers",
 		"thread", "threads", "discussion", "discussions", "status", "statuses", "tweet", "tweets",
 		"paste", "pastes", "gist", "gists", "chat", "xmlrpc")
-	add(wAdmin, "admin", "administrator", "settings", "preferences", "manage", "iam", "account", "tokens",
+	add(wAdmin, "admin", "administrator", "settings", "preferences", "manage", "iam", "account", "tokens", "dashboard",
 		"collaboration", "permissions")
 	add(wAdminWrite, "owner", "owners", "member", "members", "collaborator", "collaborators", "permission",
 		"role", "roles", "hook", "hooks", "key", "keys", "secret", "secrets", "variables", "invitation",
@@ -877,8 +904,10 @@ func (s *pgSignals) walk(p *pgPath, host string, safe bool) {
 		switch {
 		case string(low) == "new" && i > 0 && pgNewAfter[string(p.low(i-1))]:
 			pgSet(&s.compose, "path:new")
-		case string(low) == "edit" && i > 0 && (string(p.low(i-1)) == "users" || string(p.low(i-1)) == "profile"):
+		case string(low) == "edit" && i > 0 && (string(p.low(i-1)) == "users" || string(p.low(i-1)) == "profile" ||
+			i > 1 && string(p.low(i-2)) == "users"): // /users/edit, /users/42/edit, /profile/edit
 			pgSet(&s.admin, "path:edit")
+			continue // the account editor, not a compose page
 		case string(low) == "code" && i == last && i > 0 && string(p.low(i-1)) == "device":
 			pgSet(&s.oauth, "path:device/code")
 		case pgHasPrefix(low, "oauth."):
@@ -887,7 +916,10 @@ func (s *pgSignals) walk(p *pgPath, host string, safe bool) {
 		// On a namespace host the first segment after the owner and
 		// repository names is the site route (/<owner>/<repo>/upload/<branch>):
 		// it counts like a first segment.
-		routeAt := skipHi > 0 && i == skipHi
+		routeAt := skipHi > 0 && (i == skipHi || i == skipHi+1 && p.is(skipHi, "-")) // GitLab: /<ns>/<repo>/-/upload
+		if routeAt && (string(low) == "new" || string(low) == "edit") {
+			pgSet(&s.compose, "path:"+string(low)) // /<owner>/<repo>/new/<branch>: the file editor
+		}
 		s.segment(p.orig(i), low, relaxed || i < 2 || i == last || routeAt, relaxed || i == last, safe)
 	}
 }
@@ -942,6 +974,10 @@ func (s *pgSignals) segment(orig, low []byte, positional, last, safe bool) bool 
 		if w, ok := pgWords[string(sq[:n])]; ok {
 			fired = s.add(w, positional, last, safe) || fired
 		}
+	}
+	if last && pgHasPrefix(low, "new") && len(low) > 4 && !pgAlnum(low[3]) && pgWordCount(orig) == 2 {
+		pgSet(&s.compose, "path:new-") // /new-story, /new-dataset: a create page
+		fired = true
 	}
 	prevVerb := ""
 	for i := 0; i < len(orig); {
@@ -1016,6 +1052,19 @@ func (s *pgSignals) add(w pgWord, positional, last, safe bool) bool {
 		s.search = true
 	}
 	return *s != before
+}
+
+// pgWordCount counts the words of a segment as pgNextWord splits them.
+func pgWordCount(seg []byte) int {
+	n := 0
+	for i := 0; i < len(seg); n++ {
+		lo, hi, _ := pgNextWord(seg, i)
+		if lo == hi {
+			break
+		}
+		i = hi
+	}
+	return n
 }
 
 func pgAlnum(c byte) bool {

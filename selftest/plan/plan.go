@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -236,6 +237,15 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 		if r.AllPages {
 			continue
 		}
+		// A read carrying data in its query: over limits.query_bytes it
+		// must be refused (query-budget), whatever the page type.
+		add("query-budget/"+r.Name, fmt.Sprintf("proxy: query over limits.query_bytes on rule %s", r.Name), base, "GET",
+			"/egressd-selftest?q="+strings.Repeat("a", p.Limits.QueryBytes), "", "")
+		// A read carrying data in a header: over limits.read_head_bytes it
+		// must be refused (header-budget).
+		if q, ok := headerBudgetProbe(p, r, base); ok {
+			out = append(out, q)
+		}
 		for _, q := range pageProbes {
 			if !r.Pages.Has(q.page) {
 				add(fmt.Sprintf("page-%s/%s", q.page, r.Name), fmt.Sprintf("proxy: %s page on rule %s", q.page, r.Name), base, q.method, q.path, q.ctype, q.body)
@@ -243,4 +253,28 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 		}
 	}
 	return out
+}
+
+// headerBudgetProbe is a read on rule r carrying one header as large as
+// limits.read_head_bytes, if the policy refuses it (header-budget).
+func headerBudgetProbe(p *policy.Policy, r *policy.Rule, base string) (selftest.Request, bool) {
+	raw := base + "/egressd-selftest"
+	t, err := policy.ParseURL(raw)
+	if err != nil {
+		return selftest.Request{}, false
+	}
+	d := p.DecideRequest(&t, "GET", "", 0)
+	hdr := map[string]string{"X-Egressd-Selftest": strings.Repeat("a", p.Limits.ReadHeadBytes)}
+	h := http.Header{}
+	for k, v := range hdr {
+		h.Set(k, v)
+	}
+	if !d.Allow || d.Rule != r {
+		return selftest.Request{}, false
+	}
+	if _, ok, _ := p.CheckHead(&d, h); ok {
+		return selftest.Request{}, false
+	}
+	return selftest.Request{ID: "header-budget/" + r.Name, Route: fmt.Sprintf("proxy: headers over limits.read_head_bytes on rule %s", r.Name),
+		Method: "GET", URL: raw, Header: hdr, Reason: policy.ReasonHeaderBudget.String()}, true
 }

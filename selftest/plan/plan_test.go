@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -66,8 +67,12 @@ func TestDerive(t *testing.T) {
 	want := []req{
 		{"mirror-publish/pypi", "POST", "https://pypi.org/legacy/", "mirror"},
 		{"mirror-publish/npm", "PUT", "https://egressd-selftest.npmjs.org/egressd-selftest", "mirror"},
+		{"query-budget/app", "GET", "https://app.example.com/egressd-selftest?q=" + strings.Repeat("a", 2048), "query-budget"},
+		{"header-budget/app", "GET", "https://app.example.com/egressd-selftest", "header-budget"},
 		{"page-login/app", "POST", "https://app.example.com/login", "page-type"},
 		{"page-posting/app", "POST", "https://app.example.com/comments", "page-type"},
+		{"query-budget/plain", "GET", "http://plain.example.com/egressd-selftest?q=" + strings.Repeat("a", 2048), "query-budget"},
+		{"header-budget/plain", "GET", "http://plain.example.com/egressd-selftest", "header-budget"},
 		{"page-login/plain", "POST", "http://plain.example.com/login", "page-type"},
 		{"page-upload/plain", "POST", "http://plain.example.com/upload", "page-type"},
 		{"page-posting/plain", "POST", "http://plain.example.com/comments", "page-type"},
@@ -81,7 +86,17 @@ func TestDerive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := p.DecideRequest(&tg, q.Method, q.ContentType, int64(len(q.Body))); d.Allow || d.Reason.String() != q.Reason {
+		d := p.DecideRequest(&tg, q.Method, q.ContentType, int64(len(q.Body)))
+		if len(q.Header) > 0 && d.Allow {
+			h := http.Header{}
+			for k, v := range q.Header {
+				h.Set(k, v)
+			}
+			if _, ok, _ := p.CheckHead(&d, h); !ok {
+				d.Allow, d.Reason = false, policy.ReasonHeaderBudget
+			}
+		}
+		if d.Allow || d.Reason.String() != q.Reason {
 			t.Errorf("%s: the policy says allow=%v reason=%s, want a refusal as %s", q.ID, d.Allow, d.Reason, q.Reason)
 		}
 	}
