@@ -107,6 +107,7 @@ type Daemon struct {
 	ready    atomic.Bool            // the walls' last self-test (boot, scheduled) sealed
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
 	interval chan struct{}          // a reload changed selftest.interval
+	booted   chan struct{}          // closed once the boot self-test has set readiness
 	audit    *audit.Sink
 
 	reloads       *prometheus.CounterVec
@@ -134,7 +135,7 @@ func New(opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1)}
+	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), booted: make(chan struct{})}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back, rollback-failed)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
@@ -436,7 +437,13 @@ func (d *Daemon) boot(ctx context.Context) {
 	if ok, why := d.Ready(); ok {
 		d.log.Info("ready", "status", why)
 	}
+	close(d.booted)
 }
+
+// Booted is closed once the boot self-test has run and set readiness,
+// ready or not (Ready says which): the signal to wait for instead of the
+// "ready" line when readiness may not come (a leak, a full audit disk).
+func (d *Daemon) Booted() <-chan struct{} { return d.booted }
 
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {
 	start := time.Now()

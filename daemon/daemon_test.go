@@ -92,6 +92,11 @@ func startWith(t *testing.T, mod func(*Options)) *fixture {
 	f.stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { f.stop() })
 	<-started
+	select { // the boot self-test has set readiness: no test races it
+	case <-f.d.Booted():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the boot self-test did not finish")
+	}
 	f.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: pl.Addr().String()}), DisableKeepAlives: true}}
 	return f
 }

@@ -308,9 +308,13 @@ func (c *compiler) hostPattern(v at[string], field string, star bool) (string, b
 		}
 		return s, true
 	}
-	if hint := hostHint(s); hint != "" {
-		c.errf(v.Line, field, "%q: %s", s, hint)
-		return "", false
+	// a URL or host:port has a ':' (the common case, a plain name, skips
+	// the URL parse: it cost a million-host list a second)
+	if strings.ContainsRune(s, ':') {
+		if hint := hostHint(s); hint != "" {
+			c.errf(v.Line, field, "%q: %s", s, hint)
+			return "", false
+		}
 	}
 	wild := strings.HasPrefix(s, "*.")
 	name := strings.TrimPrefix(s, "*.")

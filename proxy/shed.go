@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // Descriptor reserve. At the process's descriptor ceiling everything that
@@ -22,8 +25,13 @@ const (
 	fdSampleEvery    = 100 * time.Millisecond
 )
 
-const shedResponse = "HTTP/1.1 503 Service Unavailable\r\nX-Egressd-Deny: fd-limit\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 88\r\n\r\n" +
-	"egressd: 503 fd-limit: out of file descriptors: new connections are shed; retry later\n\n"
+// shedResponse is the whole answer to a shed client, sent before its
+// request is read.
+var shedResponse = func() string {
+	body := "egressd: denied: " + policy.ReasonFDLimit.String() + ": " + policy.ReasonFDLimit.Help() + "\n"
+	return fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nX-Egressd-Deny: %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		policy.ReasonFDLimit, len(body), body)
+}()
 
 // fdGuard decides whether another client connection may be accepted.
 type fdGuard struct {

@@ -77,6 +77,11 @@ func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
 			}
 			return err
 		}
+		if !x.fds.admit(time.Now()) { // a TLS client cannot read a 503: close
+			x.m.shed.Inc()
+			c.Close()
+			continue
+		}
 		go x.transparentTLS(c, origPort)
 	}
 }
