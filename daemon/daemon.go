@@ -418,6 +418,7 @@ const unverified = "not ready: --no-selftest: nothing verifies the walls, so egr
 
 // boot runs the first self-test; the proxy answers 503 until it passes.
 func (d *Daemon) boot(ctx context.Context) {
+	defer close(d.booted) // on every path: ready or not, boot is over
 	if d.opt.NoSelftest {
 		if !d.opt.AllowUnverified {
 			d.log.Error(unverified)
@@ -437,7 +438,6 @@ func (d *Daemon) boot(ctx context.Context) {
 	if ok, why := d.Ready(); ok {
 		d.log.Info("ready", "status", why)
 	}
-	close(d.booted)
 }
 
 // Booted is closed once the boot self-test has run and set readiness,
