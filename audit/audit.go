@@ -363,14 +363,8 @@ func (s *Sink) Head() Anchor {
 
 var headerStart = []byte(`{"seq":`)
 
-// meta writes an open, seal or recover line: its time and the key/value
-// pairs given (string or int values).
-func (s *Sink) meta(kind string, kv ...any) error {
-	s.mu.Lock()
-	defer s.unlock()
-	return s.metaLocked(kind, kv...)
-}
-
+// metaLocked writes an open, seal or recover line: its time and the
+// key/value pairs given (string or int values). The caller holds s.mu.
 func (s *Sink) metaLocked(kind string, kv ...any) error {
 	if err := s.usable(); err != nil {
 		return err

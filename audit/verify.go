@@ -116,7 +116,7 @@ func parseHeader(line []byte) (header, error) {
 	var h header
 	rest, ok := bytes.CutPrefix(line, headerStart)
 	if !ok {
-		return h, errors.New(`does not start with {"seq":`)
+		return h, errors.New(`does not start with the {"seq": header`)
 	}
 	n := 0
 	for n < len(rest) && n < 21 && '0' <= rest[n] && rest[n] <= '9' {
@@ -245,54 +245,16 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 			if h.kind == kindRecover {
 				return fail(n, Inserted, "a recover record with no damaged line before it")
 			}
-			want := prevSeq + 1
-			switch {
-			case h.prev == prevHash && h.seq != want:
-				return fail(n, Edited, "seq %d where %d was due, yet it chains to the line before: its seq was changed", h.seq, want)
-			case h.prev == prevHash:
-				// in order and chained
-			case h.seq == want && n == 1:
-				return fail(n, Edited, "seq 1 but prev is not the genesis hash (64 zeros)")
-			case h.seq == want:
-				return fail(n-1, Edited, "its hash is not line %d's prev: line %d was changed (or line %d's prev was)", n, n-1, n)
-			case h.seq > want:
-				if at, ok := lookahead(lr, want, h.seq); ok {
-					return fail(n, Reordered, "seq %d where %d was due; seq %d is at line %d", h.seq, want, want, at)
-				}
-				if n == 1 {
-					return fail(n, Removed, "the log starts at seq %d: its first %d line(s) were removed", h.seq, h.seq-1)
-				}
-				return fail(n, Removed, "seq %d follows seq %d: %d line(s) removed before this line", h.seq, prevSeq, h.seq-want)
-			case sum == prevHash:
-				return fail(n, Inserted, "repeats line %d", n-1)
-			default:
-				return fail(n, Reordered, "seq %d comes after seq %d", h.seq, prevSeq)
+			if te := chainError(lr, n, h, sum, prevSeq, prevHash); te != nil {
+				return rep, te
 			}
-			switch {
-			case n == 1 && h.kind != kindOpen:
-				return fail(n, Edited, "the first line is a %q record, not an open record", h.kind)
-			case prevKind == kindSeal && h.kind != kindOpen:
-				return fail(n, Inserted, "a %q record after the seal of line %d: a closed session was appended to", h.kind, n-1)
-			case h.kind == kindOpen && n > 1 && prevKind != kindSeal:
-				if o.Strict {
-					return fail(n-1, Truncated, "the session ends here without a seal, and line %d opens another: a crash, a kill, or a truncated tail", n)
-				}
-				rep.UnsealedEnds = append(rep.UnsealedEnds, n-1)
+			if te := sessionError(n, h.kind, prevKind, o.Strict, &rep); te != nil {
+				return rep, te
 			}
 		}
-		switch h.kind {
-		case kindOpen:
-			rep.Sessions++
-		case kindRecord:
-			rep.Records++
-		case kindLost:
-			rep.Lost++
-		}
-		if want, ok := anchors[h.seq]; ok {
-			if got := hex.EncodeToString(sum[:]); got != want {
-				return fail(n, Edited, "seq %d hashes to %s, not to the anchor %s: the log was rewritten at or before this line", h.seq, got, want)
-			}
-			delete(anchors, h.seq)
+		rep.count(h.kind)
+		if te := anchorError(anchors, n, h.seq, sum); te != nil {
+			return rep, te
 		}
 		prevSeq, prevHash, prevKind = h.seq, sum, h.kind
 		rep.Lines = n
@@ -305,21 +267,108 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 	if rep.Lines == 0 {
 		return fail(1, Truncated, "no complete line: an audit log starts with an open record")
 	}
-	if len(anchors) > 0 {
-		left := make([]uint64, 0, len(anchors))
-		for seq := range anchors {
-			left = append(left, seq)
-		}
-		slices.Sort(left)
-		if left[len(left)-1] > prevSeq {
-			return fail(rep.Lines+1, Truncated, "the log ends at seq %d, but the anchor %d:%s lies beyond it: its tail was removed", prevSeq, left[len(left)-1], anchors[left[len(left)-1]])
-		}
-		return fail(rep.Lines, Edited, "no line has the anchored seq %d", left[0])
+	if te := anchorsLeftError(anchors, rep.Lines, prevSeq); te != nil {
+		return rep, te
 	}
 	if !rep.Sealed && !o.Live {
 		return fail(rep.Lines+1, Truncated, "the log ends after line %d (seq %d) without a seal: its tail was removed, or egressd is still writing it (verify with --live) or stopped without closing it", rep.Lines, prevSeq)
 	}
 	return rep, nil
+}
+
+// tamper makes the error for line n.
+func tamper(line int, k Kind, format string, args ...any) *TamperError {
+	return &TamperError{Line: line, Kind: k, Detail: fmt.Sprintf(format, args...)}
+}
+
+// chainError checks that line n (header h, hash sum) follows the line
+// before (prevSeq, prevHash): the next seq, chained to its hash.
+func chainError(lr *lineReader, n int, h header, sum [32]byte, prevSeq uint64, prevHash [32]byte) *TamperError {
+	want := prevSeq + 1
+	switch {
+	case h.prev == prevHash && h.seq != want:
+		return tamper(n, Edited, "seq %d where %d was due, yet it chains to the line before: its seq was changed", h.seq, want)
+	case h.prev == prevHash:
+		// in order and chained
+	case h.seq == want && n == 1:
+		return tamper(n, Edited, "seq 1 but prev is not the genesis hash (64 zeros)")
+	case h.seq == want:
+		return tamper(n-1, Edited, "its hash is not line %d's prev: line %d was changed (or line %d's prev was)", n, n-1, n)
+	case h.seq > want:
+		if at, ok := lookahead(lr, want, h.seq); ok {
+			return tamper(n, Reordered, "seq %d where %d was due; seq %d is at line %d", h.seq, want, want, at)
+		}
+		if n == 1 {
+			return tamper(n, Removed, "the log starts at seq %d: its first %d line(s) were removed", h.seq, h.seq-1)
+		}
+		return tamper(n, Removed, "seq %d follows seq %d: %d line(s) removed before this line", h.seq, prevSeq, h.seq-want)
+	case sum == prevHash:
+		return tamper(n, Inserted, "repeats line %d", n-1)
+	default:
+		return tamper(n, Reordered, "seq %d comes after seq %d", h.seq, prevSeq)
+	}
+	return nil
+}
+
+// sessionError checks the record kinds around line n: a log opens, a seal
+// ends a session, and a new session after an unsealed one is noted in rep
+// (an error when strict).
+func sessionError(n int, kind, prevKind string, strict bool, rep *Report) *TamperError {
+	switch {
+	case n == 1 && kind != kindOpen:
+		return tamper(n, Edited, "the first line is a %q record, not an open record", kind)
+	case prevKind == kindSeal && kind != kindOpen:
+		return tamper(n, Inserted, "a %q record after the seal of line %d: a closed session was appended to", kind, n-1)
+	case kind == kindOpen && n > 1 && prevKind != kindSeal:
+		if strict {
+			return tamper(n-1, Truncated, "the session ends here without a seal, and line %d opens another: a crash, a kill, or a truncated tail", n)
+		}
+		rep.UnsealedEnds = append(rep.UnsealedEnds, n-1)
+	}
+	return nil
+}
+
+// count counts a line of kind in the report's totals.
+func (rep *Report) count(kind string) {
+	switch kind {
+	case kindOpen:
+		rep.Sessions++
+	case kindRecord:
+		rep.Records++
+	case kindLost:
+		rep.Lost++
+	}
+}
+
+// anchorError checks line n (seq, hash sum) against an anchor for its seq,
+// and removes the anchor it matched.
+func anchorError(anchors map[uint64]string, n int, seq uint64, sum [32]byte) *TamperError {
+	want, ok := anchors[seq]
+	if !ok {
+		return nil
+	}
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return tamper(n, Edited, "seq %d hashes to %s, not to the anchor %s: the log was rewritten at or before this line", seq, got, want)
+	}
+	delete(anchors, seq)
+	return nil
+}
+
+// anchorsLeftError explains anchors that no line of the log (lines
+// lines, last seq lastSeq) matched; nil when none is left.
+func anchorsLeftError(anchors map[uint64]string, lines int, lastSeq uint64) *TamperError {
+	if len(anchors) == 0 {
+		return nil
+	}
+	left := make([]uint64, 0, len(anchors))
+	for seq := range anchors {
+		left = append(left, seq)
+	}
+	slices.Sort(left)
+	if left[len(left)-1] > lastSeq {
+		return tamper(lines+1, Truncated, "the log ends at seq %d, but the anchor %d:%s lies beyond it: its tail was removed", lastSeq, left[len(left)-1], anchors[left[len(left)-1]])
+	}
+	return tamper(lines, Edited, "no line has the anchored seq %d", left[0])
 }
 
 type badLine struct {

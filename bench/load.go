@@ -408,6 +408,42 @@ var errMalformed = errors.New("malformed response")
 
 // readResponse reads one response and discards its body. headOnly is for
 // a CONNECT reply, whose 2xx has no body.
+// readChunked reads a chunked body and its trailers, and returns the
+// body's size.
+func readChunked(br *bufio.Reader) (int64, error) {
+	var body int64
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return body, err
+		}
+		sz, _, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(";"))
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(sz)), 16, 64)
+		if err != nil {
+			return body, fmt.Errorf("%w: chunk size %q", errMalformed, sz)
+		}
+		if n == 0 {
+			break
+		}
+		if _, err := br.Discard(int(n)); err != nil {
+			return body, err
+		}
+		body += n
+		if _, err := br.Discard(2); err != nil {
+			return body, err
+		}
+	}
+	for { // trailers
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return body, err
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return body, nil
+		}
+	}
+}
+
 func readResponse(br *bufio.Reader, headOnly bool) (response, error) {
 	var r response
 	line, err := br.ReadSlice('\n')
@@ -461,35 +497,10 @@ func readResponse(br *bufio.Reader, headOnly bool) (response, error) {
 	}
 	switch {
 	case chunked:
-		for {
-			line, err = br.ReadSlice('\n')
-			if err != nil {
-				return r, err
-			}
-			sz, _, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(";"))
-			n, err := strconv.ParseInt(string(bytes.TrimSpace(sz)), 16, 64)
-			if err != nil {
-				return r, fmt.Errorf("%w: chunk size %q", errMalformed, sz)
-			}
-			if n == 0 {
-				break
-			}
-			if _, err := br.Discard(int(n)); err != nil {
-				return r, err
-			}
-			r.body += n
-			if _, err := br.Discard(2); err != nil {
-				return r, err
-			}
-		}
-		for { // trailers
-			line, err = br.ReadSlice('\n')
-			if err != nil {
-				return r, err
-			}
-			if len(bytes.TrimRight(line, "\r\n")) == 0 {
-				break
-			}
+		n, err := readChunked(br)
+		r.body = n
+		if err != nil {
+			return r, err
 		}
 	case length >= 0:
 		n, err := br.Discard(int(length))

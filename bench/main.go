@@ -454,9 +454,26 @@ func oneLine(err error) string {
 
 // printGoals compares egressd (spliced) with the best peer on each figure,
 // and the inspected row with direct.
-func printGoals(w io.Writer, rows []row, direct *row) {
-	var eg, insp *row
-	var peers []*row
+// printBulkGoals prints the bulk-transfer rows against the direct run.
+func printBulkGoals(w io.Writer, direct *row, rows ...*row) {
+	if direct == nil || direct.bulk <= 0 {
+		return
+	}
+	for _, r := range rows {
+		if r == nil {
+			continue
+		}
+		pct := r.bulk / direct.bulk
+		goal := "≥ 90% of direct"
+		if r.kind == "inspected" {
+			goal = "(informative)"
+		}
+		fmt.Fprintf(w, "| bulk, %s | %.0f MB/s | direct %.0f MB/s | %.2f× | %s %s |\n", r.name, r.bulk, direct.bulk, pct, goal, okIf(r.kind != "inspected", pct >= 0.9))
+	}
+}
+
+// splitRows picks egressd's rows and the peers' out of one run's rows.
+func splitRows(rows []row) (eg, insp *row, peers []*row) {
 	for i := range rows {
 		r := &rows[i]
 		if r.err != nil {
@@ -471,6 +488,11 @@ func printGoals(w io.Writer, rows []row, direct *row) {
 			peers = append(peers, r)
 		}
 	}
+	return eg, insp, peers
+}
+
+func printGoals(w io.Writer, rows []row, direct *row) {
+	eg, insp, peers := splitRows(rows)
 	if eg == nil || len(peers) == 0 {
 		return
 	}
@@ -515,19 +537,7 @@ func printGoals(w io.Writer, rows []row, direct *row) {
 		}
 		fmt.Fprintf(w, "| %s | %.2f%s | %.2f%s (%s) | %.2f× | %s |\n", g.what, ev, g.unit, bv, g.unit, b.name, ratio, verdict)
 	}
-	if direct != nil && direct.bulk > 0 {
-		for _, r := range []*row{eg, insp} {
-			if r == nil {
-				continue
-			}
-			pct := r.bulk / direct.bulk
-			goal := "≥ 90% of direct"
-			if r.kind == "inspected" {
-				goal = "(informative)"
-			}
-			fmt.Fprintf(w, "| bulk, %s | %.0f MB/s | direct %.0f MB/s | %.2f× | %s %s |\n", r.name, r.bulk, direct.bulk, pct, goal, okIf(r.kind != "inspected", pct >= 0.9))
-		}
-	}
+	printBulkGoals(w, direct, eg, insp)
 	if insp != nil && direct != nil {
 		fmt.Fprintf(w, "| inspected vs direct: HTTP req/s, tunnels/s | %.0f, %.0f | %.0f, %.0f | %.2f×, %.2f× | (informative) |\n",
 			insp.ka.rate(), insp.ct.rate(), direct.ka.rate(), direct.ct.rate(), insp.ka.rate()/direct.ka.rate(), insp.ct.rate()/direct.ct.rate())

@@ -109,12 +109,3 @@ func procMem(pid int) (rss, hwm int64) {
 	}
 	return rss, hwm
 }
-
-// procFDs counts pid's open file descriptors.
-func procFDs(pid int) int {
-	ents, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
-	if err != nil {
-		return -1
-	}
-	return len(ents)
-}

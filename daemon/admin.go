@@ -12,7 +12,10 @@ import (
 // It has no authentication. The quarantine API answers loopback clients
 // only, wherever the endpoint is bound: a listen.admin opened to the
 // network for Prometheus (as in the Kubernetes manifests) must not let
-// anything that reaches the port lift or impose a quarantine.
+// anything that reaches the port lift or impose a quarantine. Nor does it
+// trust a loopback client that is egressd's own proxy speaking for a
+// sandbox (the proxy refuses to dial the admin port at all: proxy-loop;
+// this is the second lock).
 func (d *Daemon) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
@@ -26,12 +29,12 @@ func (d *Daemon) adminHandler() http.Handler {
 		}
 		w.Write([]byte(why + "\n"))
 	})
-	mux.HandleFunc("POST /quarantine/{identity}", loopbackOnly(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /quarantine/{identity}", d.quarantineAPI(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("identity")
 		n := d.px.Quarantine(id)
 		writeJSON(w, map[string]any{"identity": id, "quarantined": true, "tunnels_closed": n})
 	}))
-	mux.HandleFunc("DELETE /quarantine/{identity}", loopbackOnly(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE /quarantine/{identity}", d.quarantineAPI(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("identity")
 		was := d.px.Lift(id)
 		if !was {
@@ -39,10 +42,16 @@ func (d *Daemon) adminHandler() http.Handler {
 		}
 		writeJSON(w, map[string]any{"identity": id, "quarantined": false, "was_quarantined": was})
 	}))
-	mux.HandleFunc("GET /quarantine", loopbackOnly(func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /quarantine", d.quarantineAPI(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"quarantined": d.px.Quarantined()})
 	}))
 	return mux
+}
+
+// quarantineAPI guards a quarantine handler: loopback clients only, and
+// none that came through the proxy.
+func (d *Daemon) quarantineAPI(h http.HandlerFunc) http.HandlerFunc {
+	return loopbackOnly(d.notViaProxy(h))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -57,6 +66,19 @@ func loopbackOnly(h http.HandlerFunc) http.HandlerFunc {
 		ap, err := netip.ParseAddrPort(r.RemoteAddr)
 		if err != nil || !ap.Addr().Unmap().IsLoopback() {
 			http.Error(w, "egressd: the quarantine API answers loopback clients only", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// notViaProxy refuses, with 403, a request whose client is the local end
+// of one of egressd's own upstream connections.
+func (d *Daemon) notViaProxy(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil || d.px.ViaProxy(ap) {
+			http.Error(w, "egressd: the quarantine API does not answer requests that came through egressd's proxy", http.StatusForbidden)
 			return
 		}
 		h(w, r)

@@ -81,6 +81,9 @@ type Options struct {
 	// ProbeResult records an in-sandbox probe's result (the history);
 	// nil: kept in memory and metrics only.
 	ProbeResult func(ProbeResult) error
+	// Booted, when set, is called once the boot self-test has set the
+	// readiness (`egressd run` starts its command only then).
+	Booted func(Verdict)
 	// Audit is the audit log Logger writes decisions to (nil: none). While
 	// it cannot be written, allowed traffic is refused with 503
 	// audit-unavailable (unless the policy says audit.on_error: allow)
@@ -276,12 +279,9 @@ func (d *Daemon) Addrs() (proxyAddr, dnsAddr, adminAddr string) {
 	return d.proxyAddr, d.dnsAddr, d.adminAddr
 }
 
-// Run serves until ctx ends. It binds the listeners, applies the walls,
-// runs the boot self-test (not ready until it passes), and runs the
-// scheduled self-test.
-func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
-	p := d.Policy()
-	errc := make(chan error, 4)
+// listen binds the proxy, transparent, DNS and admin listeners of p and
+// serves each in a goroutine that reports its end on errc.
+func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 	pl := d.opt.ProxyListener
 	if pl == nil {
 		var err error
@@ -290,7 +290,6 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		}
 	}
 	d.proxyAddr = pl.Addr().String()
-	go d.alerts.run(ctx)
 	go func() { errc <- d.px.Serve(pl) }()
 	for _, tr := range []struct {
 		addr  string
@@ -318,6 +317,8 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			return fmt.Errorf("listen dns tcp %s: %w", p.Listen.DNS, err)
 		}
 		d.dnsAddr = udp.LocalAddr().String()
+		d.px.AddListener(udp.LocalAddr())
+		d.px.AddListener(tcp.Addr())
 		go func() { errc <- d.dns.Serve(udp, tcp) }()
 	}
 	if p.Listen.Admin != "" {
@@ -326,8 +327,22 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			return fmt.Errorf("listen admin %s: %w", p.Listen.Admin, err)
 		}
 		d.adminAddr = al.Addr().String()
+		d.px.AddListener(al.Addr()) // no rule reaches it through the proxy (proxy-loop)
 		d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- d.admin.Serve(al) }()
+	}
+	return nil
+}
+
+// Run serves until ctx ends. It binds the listeners, applies the walls,
+// runs the boot self-test (not ready until it passes), and runs the
+// scheduled self-test.
+func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
+	p := d.Policy()
+	errc := make(chan error, 4)
+	go d.alerts.run(ctx)
+	if err := d.listen(p, errc); err != nil {
+		return err
 	}
 	if d.opt.Walls != nil {
 		if err := d.opt.Walls(ctx, p); err != nil {
@@ -429,9 +444,16 @@ func (d *Daemon) boot(ctx context.Context) {
 		d.setStatus(noSelftestWarning)
 		d.verified.Store(d.Policy())
 		d.ready.Store(true)
+		if d.opt.Booted != nil {
+			d.opt.Booted(Verdict{Sealed: true, Note: noSelftestWarning})
+		}
 	} else {
 		p := d.Policy()
-		d.setReadiness(p, d.verify(ctx, "boot", p))
+		v := d.verify(ctx, "boot", p)
+		d.setReadiness(p, v)
+		if d.opt.Booted != nil {
+			d.opt.Booted(v)
+		}
 	}
 	// "ready" is the readiness signal tests and supervisors wait for: from
 	// here the proxy lets allowed traffic through.

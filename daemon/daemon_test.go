@@ -355,3 +355,102 @@ func TestQuarantineLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnListenersThroughProxy: with a rule that unlocks loopback, the
+// admin endpoint and the DNS port are still not reachable through the
+// proxy (proxy-loop), so a sandbox cannot lift its own quarantine.
+func TestOwnListenersThroughProxy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "egressd.yaml")
+	os.WriteFile(path, []byte(`version: 1
+listen:
+  admin: 127.0.0.1:0
+  dns: 127.0.0.1:0
+allow:
+  - name: local-dev
+    cidrs: [127.0.0.0/8]
+    ports: ["1-65535"]
+    pages: ["*"]
+`), 0o600)
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{
+		Load:          func() (*policy.Policy, error) { return policy.Load(path) },
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NoSelftest:    true,
+		ProxyListener: pl,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, started) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-started
+	_, dnsAddr, adminAddr := d.Addrs()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: pl.Addr().String()}), DisableKeepAlives: true}}
+	d.Proxy().Quarantine("127.0.0.1")
+	d.Proxy().Lift("127.0.0.1")
+	for _, u := range []string{"http://" + adminAddr + "/metrics", "http://" + adminAddr + "/quarantine", "http://" + dnsAddr + "/"} {
+		resp, err := client.Get(u)
+		if err != nil {
+			t.Fatalf("GET %s: %v", u, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 || resp.Header.Get("X-Egressd-Deny") != "proxy-loop" {
+			t.Errorf("GET %s through the proxy: %d %q, want 403 proxy-loop", u, resp.StatusCode, resp.Header.Get("X-Egressd-Deny"))
+		}
+	}
+	req, _ := http.NewRequest("DELETE", "http://"+adminAddr+"/quarantine/127.0.0.1", nil)
+	if resp, err := client.Do(req); err != nil || resp.StatusCode != 403 {
+		t.Errorf("DELETE quarantine through the proxy: %v %v", resp, err)
+	}
+	for _, a := range []string{adminAddr, dnsAddr} {
+		c, err := net.Dial("tcp", pl.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", a, a)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 512)
+		n, _ := c.Read(b)
+		c.Close()
+		if !strings.HasPrefix(string(b[:n]), "HTTP/1.1 403") || !strings.Contains(string(b[:n]), "X-Egressd-Deny: proxy-loop") {
+			t.Errorf("CONNECT %s: %.100q, want 403 proxy-loop", a, b[:n])
+		}
+	}
+}
+
+// TestQuarantineRefusesProxyClients: a loopback client that is the local
+// end of one of the proxy's own upstream connections is refused by the
+// quarantine API (second lock behind proxy-loop).
+func TestQuarantineRefusesProxyClients(t *testing.T) {
+	f := start(t)
+	seen := make(chan string, 1)
+	release := make(chan struct{})
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.RemoteAddr
+		<-release
+	}))
+	defer o.Close()
+	defer close(release)
+	f.write(t, config("127.0.0.1:0", port(o.URL)))
+	if err := f.d.Reload(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	go f.client.Get(o.URL)
+	from := <-seen
+	req := httptest.NewRequest("POST", "/quarantine/agent-a", nil)
+	req.RemoteAddr = from
+	rec := httptest.NewRecorder()
+	f.d.adminHandler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden {
+		t.Errorf("quarantine API from the proxy's upstream %s: %d, want 403", from, rec.Code)
+	}
+	if len(f.d.px.Quarantined()) != 0 {
+		t.Errorf("a request through the proxy changed the quarantine")
+	}
+}

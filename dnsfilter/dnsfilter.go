@@ -207,7 +207,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		s.logQuery(&e)
 		return
 	}
-	e.identity = p.Identity(e.client, "")
+	e.identity = p.Identity(e.client)
 
 	// Rate-limit next, so a flood costs no more than this check.
 	if ok, logIt, skipped := s.limits.allow(e.client, p.Limits.DNSQueriesPerSec, time.Now()); !ok {

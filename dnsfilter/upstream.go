@@ -62,7 +62,7 @@ func (s *Server) exchange(ctx context.Context, network string, up netip.AddrPort
 	}
 	defer c.Close()
 	// dns.Client has no dial hook; ExchangeWithConnContext takes the conn
-	// our Dial opened (FIELD-NOTES §4) and uses it as UDP when it is a
+	// our Dial opened and uses it as UDP when it is a
 	// PacketConn, with length framing otherwise.
 	resp, rtt, err := new(dns.Client).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
 	if err != nil {

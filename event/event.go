@@ -14,10 +14,12 @@ const Msg = "decision"
 // The keys of a decision record, in the order the proxy writes them.
 const (
 	KeyIdentity  = "identity"  // who asked: the sandbox's identity or source address
+	KeySource    = "source"    // the source identity a proven token refined ("" when none)
 	KeyMethod    = "method"    // HTTP method, CONNECT, or TLS (transparent)
 	KeyHost      = "host"      // the target host
 	KeyPort      = "port"      // the target port
 	KeyPath      = "path"      // the request path, truncated
+	KeyQueryLen  = "query_len" // bytes of the query string
 	KeyPageType  = "page_type" // the page type the policy saw
 	KeyRule      = "rule"      // the matching rule's name, "" when none
 	KeyDecision  = "decision"  // Allow or Deny
@@ -33,7 +35,7 @@ const (
 
 // Keys lists every key of a full decision record, in order.
 func Keys() []string {
-	return []string{KeyIdentity, KeyMethod, KeyHost, KeyPort, KeyPath, KeyPageType, KeyRule, KeyDecision,
+	return []string{KeyIdentity, KeySource, KeyMethod, KeyHost, KeyPort, KeyPath, KeyQueryLen, KeyPageType, KeyRule, KeyDecision,
 		KeyReason, KeyHighRisk, KeyStatus, KeyBytesIn, KeyBytesOut, KeyBytes, KeyDetail, KeyInspected}
 }
 
@@ -50,10 +52,12 @@ type Record struct {
 	Level     string    `json:"level"`
 	Msg       string    `json:"msg"`
 	Identity  string    `json:"identity"`
+	Source    string    `json:"source"`
 	Method    string    `json:"method"`
 	Host      string    `json:"host"`
 	Port      int       `json:"port"`
 	Path      string    `json:"path"`
+	QueryLen  int       `json:"query_len"`
 	PageType  string    `json:"page_type"`
 	Rule      string    `json:"rule"`
 	Decision  string    `json:"decision"`

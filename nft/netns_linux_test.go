@@ -18,19 +18,6 @@ import (
 	"github.com/google/nftables"
 )
 
-// requireRoot skips a test that needs root, unless EGRESSD_REQUIRE_NETNS=1
-// (CI) makes the missing privilege a failure.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("EGRESSD_REQUIRE_NETNS") == "1" {
-		t.Fatal("EGRESSD_REQUIRE_NETNS=1 but not root: run as root: sudo go test ./nft/")
-	}
-	t.Skip("run as root: sudo go test ./nft/")
-}
-
 var nsSeq atomic.Int64
 
 // nsPrefix names this package's test namespaces, so that leftovers of a
@@ -42,7 +29,7 @@ const nsPrefix = "egnft-"
 // the root namespace.
 func newNS(t testing.TB) (int, string) {
 	t.Helper()
-	requireRoot(t)
+	testnet.RequireRoot(t)
 	ns, err := sandbox.Create(sandbox.PIDName(nsPrefix, strconv.FormatInt(nsSeq.Add(1), 10)))
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)

@@ -259,3 +259,24 @@ func read(ns int, table string) (*state, error) {
 	}
 	return st, nil
 }
+
+// Tables lists the names of the inet tables in namespace ns that start
+// with prefix (egressd's own: DefaultTable and each run's).
+func Tables(ns int, prefix string) ([]string, error) {
+	c, err := dial(ns, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("nft: list tables: %w", err)
+	}
+	var out []string
+	for _, t := range tables {
+		if len(t.Name) >= len(prefix) && t.Name[:len(prefix)] == prefix {
+			out = append(out, t.Name)
+		}
+	}
+	return out, nil
+}

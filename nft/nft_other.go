@@ -32,3 +32,6 @@ func Show(ns int, table string) (string, error) { return "", errUnsupported }
 
 // Counters is not supported on this platform.
 func Counters(ns int, table string) (map[string]Counter, error) { return nil, errUnsupported }
+
+// Tables is Linux-only.
+func Tables(ns int, prefix string) ([]string, error) { return nil, errUnsupported }

@@ -119,7 +119,19 @@ func (s Spec) Validate() error {
 	if len(s.IfPrefixes) == 0 && len(s.SourceCIDRs) == 0 && len(s.UIDs) == 0 {
 		bad("no sandbox selector: set at least one of IfPrefixes, SourceCIDRs, UIDs")
 	}
+	s.validateIfPrefixes(bad)
+	validatePrefixes(bad, "SourceCIDRs", s.SourceCIDRs)
+	validatePrefixes(bad, "HighRisk", s.HighRisk)
+	s.validateUIDs(bad)
+	s.validateGateways(bad)
+	s.validatePorts(bad)
+	return errors.Join(errs...)
+}
 
+// complaint collects one problem found by Validate.
+type complaint func(format string, args ...any)
+
+func (s Spec) validateIfPrefixes(bad complaint) {
 	seenIf := map[string]bool{}
 	for i, p := range s.IfPrefixes {
 		switch {
@@ -136,24 +148,24 @@ func (s Spec) Validate() error {
 		}
 		seenIf[p] = true
 	}
+}
 
-	checkPrefixes := func(field string, ps []netip.Prefix) {
-		for i, p := range ps {
-			switch {
-			case !p.IsValid():
-				bad("%s[%d]: invalid prefix", field, i)
-			case p.Addr().Zone() != "":
-				bad("%s[%d]: %s: zones are not allowed", field, i, p)
-			case p.Addr().Is4In6():
-				bad("%s[%d]: %s: IPv4-mapped IPv6 never appears on the wire; use the IPv4 form", field, i, p)
-			case p != p.Masked():
-				bad("%s[%d]: %s has host bits set; use %s", field, i, p, p.Masked())
-			}
+func validatePrefixes(bad complaint, field string, ps []netip.Prefix) {
+	for i, p := range ps {
+		switch {
+		case !p.IsValid():
+			bad("%s[%d]: invalid prefix", field, i)
+		case p.Addr().Zone() != "":
+			bad("%s[%d]: %s: zones are not allowed", field, i, p)
+		case p.Addr().Is4In6():
+			bad("%s[%d]: %s: IPv4-mapped IPv6 never appears on the wire; use the IPv4 form", field, i, p)
+		case p != p.Masked():
+			bad("%s[%d]: %s has host bits set; use %s", field, i, p, p.Masked())
 		}
 	}
-	checkPrefixes("SourceCIDRs", s.SourceCIDRs)
-	checkPrefixes("HighRisk", s.HighRisk)
+}
 
+func (s Spec) validateUIDs(bad complaint) {
 	if len(s.UIDs) > maxUIDs {
 		bad("UIDs: %d entries, at most %d", len(s.UIDs), maxUIDs)
 	}
@@ -169,7 +181,9 @@ func (s Spec) Validate() error {
 		}
 		seenUID[u] = true
 	}
+}
 
+func (s Spec) validateGateways(bad complaint) {
 	if len(s.Gateways) == 0 {
 		bad("Gateways: at least one gateway address is required")
 	}
@@ -191,7 +205,9 @@ func (s Spec) Validate() error {
 			}
 		}
 	}
+}
 
+func (s Spec) validatePorts(bad complaint) {
 	if s.ProxyPort == 0 {
 		bad("ProxyPort: required")
 	}
@@ -233,8 +249,6 @@ func (s Spec) Validate() error {
 		}
 		seenPort[p] = fmt.Sprintf("ExtraPorts[%d]", i)
 	}
-
-	return errors.Join(errs...)
 }
 
 // validName accepts the names this package creates: short, and safe to paste

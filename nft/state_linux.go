@@ -475,6 +475,60 @@ func boolOrder(a, b bool) int {
 // a header field without its dependency is printed raw ("@nh,128,32"), so
 // two rules that match differently never read the same. Anything else is
 // printed as a raw expression.
+// metaCmp describes a meta load compared by c, or records, without a
+// word, the family or transport protocol that the payload load after it
+// reads (nft prints those as part of the field: "ip daddr").
+func metaCmp(e *expr.Meta, c *expr.Cmp, after expr.Any, family, l4 *byte) string {
+	switch {
+	case e.Key == expr.MetaKeyNFPROTO && c.Op == expr.CmpOpEq && len(c.Data) == 1 && isLoad(after, expr.PayloadBaseNetworkHeader):
+		*family = c.Data[0]
+	case e.Key == expr.MetaKeyL4PROTO && c.Op == expr.CmpOpEq && len(c.Data) == 1 && isLoad(after, expr.PayloadBaseTransportHeader):
+		*l4 = c.Data[0]
+	default:
+		return metaName(e.Key) + " " + cmpText(c, metaValue(e.Key, c.Data))
+	}
+	return ""
+}
+
+// loadedText describes a register loaded with field and then compared or
+// looked up by next; false when next does neither.
+func loadedText(field string, value func([]byte) string, reg uint32, next expr.Any) (string, bool) {
+	if c, ok := next.(*expr.Cmp); ok && c.Register == reg {
+		return field + " " + cmpText(c, value(c.Data)), true
+	}
+	if l, ok := next.(*expr.Lookup); ok && l.SourceRegister == reg && !l.IsDestRegSet {
+		return field + " " + lookupText(l), true
+	}
+	return "", false
+}
+
+// exprAt is exprs[i], or nil past the end.
+func exprAt(exprs []expr.Any, i int) expr.Any {
+	if i < len(exprs) {
+		return exprs[i]
+	}
+	return nil
+}
+
+// verdictText is a verdict as nft writes it.
+func verdictText(e *expr.Verdict) string {
+	switch e.Kind {
+	case expr.VerdictAccept:
+		return "accept"
+	case expr.VerdictDrop:
+		return "drop"
+	case expr.VerdictReturn:
+		return "return"
+	case expr.VerdictContinue:
+		return "continue"
+	case expr.VerdictJump:
+		return "jump " + e.Chain
+	case expr.VerdictGoto:
+		return "goto " + e.Chain
+	}
+	return fmt.Sprintf("verdict %d", e.Kind)
+}
+
 func describeRule(exprs []expr.Any, counts bool) string {
 	var (
 		words  []string
@@ -483,26 +537,15 @@ func describeRule(exprs []expr.Any, counts bool) string {
 	)
 	say := func(s string) { words = append(words, s) }
 	for i := 0; i < len(exprs); i++ {
-		var next, after expr.Any
-		if i+1 < len(exprs) {
-			next = exprs[i+1]
-		}
-		if i+2 < len(exprs) {
-			after = exprs[i+2]
-		}
+		next, after := exprAt(exprs, i+1), exprAt(exprs, i+2)
 		switch e := exprs[i].(type) {
 		case *expr.Meta:
 			if e.SourceRegister {
 				break
 			}
 			if c, ok := next.(*expr.Cmp); ok && c.Register == e.Register {
-				switch {
-				case e.Key == expr.MetaKeyNFPROTO && c.Op == expr.CmpOpEq && len(c.Data) == 1 && isLoad(after, expr.PayloadBaseNetworkHeader):
-					family = c.Data[0]
-				case e.Key == expr.MetaKeyL4PROTO && c.Op == expr.CmpOpEq && len(c.Data) == 1 && isLoad(after, expr.PayloadBaseTransportHeader):
-					l4 = c.Data[0]
-				default:
-					say(metaName(e.Key) + " " + cmpText(c, metaValue(e.Key, c.Data)))
+				if w := metaCmp(e, c, after, &family, &l4); w != "" {
+					say(w)
 				}
 				i++
 				continue
@@ -517,13 +560,8 @@ func describeRule(exprs []expr.Any, counts bool) string {
 				break
 			}
 			field, value := payloadField(e, family, l4)
-			if c, ok := next.(*expr.Cmp); ok && c.Register == e.DestRegister {
-				say(field + " " + cmpText(c, value(c.Data)))
-				i++
-				continue
-			}
-			if l, ok := next.(*expr.Lookup); ok && l.SourceRegister == e.DestRegister && !l.IsDestRegSet {
-				say(field + " " + lookupText(l))
+			if w, ok := loadedText(field, value, e.DestRegister, next); ok {
+				say(w)
 				i++
 				continue
 			}
@@ -546,22 +584,7 @@ func describeRule(exprs []expr.Any, counts bool) string {
 				continue
 			}
 		case *expr.Verdict:
-			switch e.Kind {
-			case expr.VerdictAccept:
-				say("accept")
-			case expr.VerdictDrop:
-				say("drop")
-			case expr.VerdictReturn:
-				say("return")
-			case expr.VerdictContinue:
-				say("continue")
-			case expr.VerdictJump:
-				say("jump " + e.Chain)
-			case expr.VerdictGoto:
-				say("goto " + e.Chain)
-			default:
-				say(fmt.Sprintf("verdict %d", e.Kind))
-			}
+			say(verdictText(e))
 			continue
 		}
 		say(fmt.Sprintf("[%T %+v]", exprs[i], exprs[i]))

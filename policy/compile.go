@@ -3,6 +3,8 @@ package policy
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -183,6 +185,21 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 && len(rr.HostsFiles) == 0 {
 		c.errf(line, f, "rule %q names no hosts and no cidrs: it would match nothing", r.Name)
 	}
+	c.ruleTargets(r, rr, f)
+	c.ruleRequests(r, rr, f)
+	c.ruleMirror(r, rr, f)
+	if rr.TLS != nil {
+		r.TLS = rr.TLS.V
+		if !r.TLS && !r.HostOnly() {
+			c.errf(rr.TLS.Line, f+".tls", "tls: false tunnels raw TCP, where no page, method, path or mirror check is possible: add pages: [\"*\"] and drop methods, paths and mirror")
+		}
+	}
+	return r
+}
+
+// ruleTargets compiles what a rule matches: hosts, host lists, cidrs and
+// ports.
+func (c *compiler) ruleTargets(r *Rule, rr *rawRule, f string) {
 	for j, h := range rr.Hosts {
 		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok && !r.Hosts.add(pat) {
 			c.errf(h.Line, fmt.Sprintf("%s.hosts[%d]", f, j), "rule %q holds more than 4 GiB of host names", r.Name)
@@ -204,6 +221,10 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 			r.ports = append(r.ports, pr)
 		}
 	}
+}
+
+// ruleRequests compiles a rule's request checks: pages, methods, paths.
+func (c *compiler) ruleRequests(r *Rule, rr *rawRule, f string) {
 	if len(rr.Pages) == 0 {
 		r.Pages = DefaultPages
 	}
@@ -234,6 +255,10 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		}
 		r.Paths = append(r.Paths, s.V)
 	}
+}
+
+// ruleMirror compiles a rule's mirror grammar and what goes with it.
+func (c *compiler) ruleMirror(r *Rule, rr *rawRule, f string) {
 	if rr.Mirror.V != "" {
 		m, ok := ParseMirror(rr.Mirror.V)
 		if !ok {
@@ -262,13 +287,6 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		}
 		r.ReadPosts = append(r.ReadPosts, s.V)
 	}
-	if rr.TLS != nil {
-		r.TLS = rr.TLS.V
-		if !r.TLS && !r.HostOnly() {
-			c.errf(rr.TLS.Line, f+".tls", "tls: false tunnels raw TCP, where no page, method, path or mirror check is possible: add pages: [\"*\"] and drop methods, paths and mirror")
-		}
-	}
-	return r
 }
 
 func firstLine(rr *rawRule) int {
@@ -565,6 +583,17 @@ func (c *compiler) identities(p *Policy, ids []rawIdentity) {
 		}
 		if len(id.CIDRs) == 0 && id.User == "" {
 			c.errf(ri.Name.Line, f, "identity %q needs cidrs or a user", id.Name)
+		}
+		switch tok := ri.TokenSHA256.V; {
+		case id.User == "" && tok != "":
+			c.errf(ri.TokenSHA256.Line, f+".token_sha256", "a token needs a user")
+		case id.User != "":
+			b, err := hex.DecodeString(tok)
+			if err != nil || len(b) != sha256.Size {
+				c.errf(ri.User.Line, f+".token_sha256", "identity %q: a user needs token_sha256, the hex SHA-256 of its Proxy-Authorization password (a user name alone is a label anyone can send, not a secret)", id.Name)
+				break
+			}
+			copy(id.TokenSHA256[:], b)
 		}
 		p.Identities = append(p.Identities, id)
 	}

@@ -27,7 +27,7 @@ func (a *at[T]) UnmarshalYAML(n *yaml.Node) error {
 	return n.Decode(&a.V)
 }
 
-// The raw schema, version 1. Field names are the config keys in DESIGN.md.
+// The raw schema, version 1. Field names are the config keys in README.md's config reference.
 type rawConfig struct {
 	Version    *at[int]      `yaml:"version"`
 	Listen     rawListen     `yaml:"listen"`
@@ -86,10 +86,13 @@ type rawDeny struct {
 }
 
 type rawIdentity struct {
-	Name       at[string]   `yaml:"name"`
-	CIDRs      []at[string] `yaml:"cidrs"`
-	User       at[string]   `yaml:"user"`
-	Evaluation *at[bool]    `yaml:"evaluation"`
+	Name  at[string]   `yaml:"name"`
+	CIDRs []at[string] `yaml:"cidrs"`
+	User  at[string]   `yaml:"user"`
+	// TokenSHA256 is the hex SHA-256 of the Proxy-Authorization password
+	// that proves the user: a label alone is not a secret.
+	TokenSHA256 at[string] `yaml:"token_sha256"`
+	Evaluation  *at[bool]  `yaml:"evaluation"`
 }
 
 type rawSandbox struct {

@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -119,11 +122,13 @@ type Audit struct {
 	OnErrorAllow bool
 }
 
-// Identity names a client by source CIDRs or proxy user name.
+// Identity names a client by source CIDRs, or refines a source by a
+// Proxy-Authorization user whose password hashes to TokenSHA256.
 type Identity struct {
-	Name  string
-	CIDRs []netip.Prefix
-	User  string
+	Name        string
+	CIDRs       []netip.Prefix
+	User        string
+	TokenSHA256 [sha256.Size]byte // set whenever User is
 	// Evaluation marks a sandbox under evaluation: any outbound attempt
 	// by it is an alert.
 	Evaluation bool
@@ -185,21 +190,42 @@ func (r *Rule) HostOnly() bool {
 	return r.Mirror == MirrorNone && r.AllPages && len(r.Methods) == 0 && len(r.Paths) == 0
 }
 
-// Identity returns the name of the identity a client is, by proxy user name
-// first, then by source address; "" when none matches.
-func (p *Policy) Identity(src netip.Addr, user string) string {
+// Identity returns the name of the identity whose cidrs hold the source
+// address src; "" when none does. The source address is authoritative:
+// a proxy user name never chooses the identity on its own (see Refine).
+func (p *Policy) Identity(src netip.Addr) string {
 	src = src.Unmap()
 	for i := range p.Identities {
-		id := &p.Identities[i]
-		if user != "" && id.User == user {
-			return id.Name
+		if p.Identities[i].User != "" {
+			continue // a token identity: its cidrs say where the token counts
 		}
-	}
-	for i := range p.Identities {
 		for _, c := range p.Identities[i].CIDRs {
 			if c.Contains(src) {
 				return p.Identities[i].Name
 			}
+		}
+	}
+	return ""
+}
+
+// Refine returns the identity a client at src proves it is with a
+// Proxy-Authorization user and secret: one whose user matches, whose
+// token_sha256 is the SHA-256 of secret (compared in constant time), and
+// whose cidrs, if it has any, hold src. "" when none does: an unknown or
+// unproven label names nothing.
+func (p *Policy) Refine(src netip.Addr, user, secret string) string {
+	if user == "" {
+		return ""
+	}
+	src = src.Unmap()
+	sum := sha256.Sum256([]byte(secret))
+	for i := range p.Identities {
+		id := &p.Identities[i]
+		if id.User != user || subtle.ConstantTimeCompare(sum[:], id.TokenSHA256[:]) != 1 {
+			continue
+		}
+		if len(id.CIDRs) == 0 || slices.ContainsFunc(id.CIDRs, func(c netip.Prefix) bool { return c.Contains(src) }) {
+			return id.Name
 		}
 	}
 	return ""

@@ -62,6 +62,9 @@ var (
 	ReasonFDLimit               = newReason("fd-limit", 503, "egressd is out of file descriptors: new connections are shed; retry later")
 	ReasonUpstreamUnreachable   = newReason("upstream-unreachable", 502, "the upstream could not be reached")
 	ReasonUpstreamTimeout       = newReason("upstream-timeout", 504, "the upstream did not answer in time")
+	ReasonUpgrade               = newReason("upgrade", 403, "a protocol switch (WebSocket, h2c) would carry data no rule checks: not allowed")
+	ReasonHeaderTooLarge        = newReason("header-too-large", 431, "request head over limits.header_bytes: send fewer or shorter headers")
+	ReasonURLTooLong            = newReason("url-too-long", 414, "request target over 8192 bytes: shorten it")
 
 	// Tunnels closed after "200 Connection established": logged only.
 	ReasonSNIMismatch   = newReason("sni-mismatch", 0, "the TLS SNI names another host than the tunnel")
@@ -69,6 +72,8 @@ var (
 	ReasonNoClientHello = newReason("no-client-hello", 0, "no TLS ClientHello arrived in time")
 	ReasonNoSNI         = newReason("no-sni", 0, "transparent TLS needs SNI to name the host")
 	ReasonTLSHandshake  = newReason("tls-handshake", 0, "the TLS handshake with the client failed")
+	ReasonECH           = newReason("ech", 0, "the ClientHello carries encrypted_client_hello: a host-only tunnel cannot see the real host")
+	ReasonReload        = newReason("reload", 0, "a reload changed the tunnel's rule between spliced and inspected: reconnect")
 
 	// Allowed tunnels, logged when they close: not denials.
 	ReasonTunnel            = newReason("tunnel", 200, "")

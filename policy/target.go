@@ -23,15 +23,16 @@ func (t *Target) Host() string {
 	return t.Name
 }
 
-// maxURLLen bounds what ParseURL accepts at all; mirror rules cap far lower.
-const maxURLLen = 8192
+// MaxURLLen bounds what ParseURL accepts at all (and the proxy the request
+// target of every head); mirror rules cap far lower.
+const MaxURLLen = 8192
 
 // ParseURL parses an absolute-form request target ("http://host:port/p?q").
 // It reads the raw string itself instead of net/url, which would decode
 // percent-escapes in the host and accept userinfo.
 func ParseURL(raw string) (Target, error) {
-	if len(raw) > maxURLLen {
-		return Target{}, badTarget("URL longer than %d bytes", maxURLLen)
+	if len(raw) > MaxURLLen {
+		return Target{}, badTarget("URL longer than %d bytes", MaxURLLen)
 	}
 	var t Target
 	i := strings.Index(raw, "://")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -42,6 +43,8 @@ type checkedDialer struct {
 	// control runs on each upstream socket before connect (tests use it
 	// for a namespace guard); nil means none.
 	control func(network, address string, c syscall.RawConn) error
+	// out holds the local end of every open upstream connection.
+	out outbound
 	// budget bounds the new names under wildcard rules each identity makes
 	// the resolver ask for; log gets its one warning per identity and
 	// wildcard when spent.
@@ -63,18 +66,21 @@ func (x *checkedDialer) setPolicy(p *policy.Policy) {
 	})
 }
 
-// dial connects to the target of an allowed decision on port.
-func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.Decision, port uint16) (net.Conn, netip.AddrPort, error) {
+// check resolves the target of an allowed decision and returns the
+// addresses on port that pass the address checks, or the refusal: a
+// CONNECT under an inspected rule runs it before answering 200, so a name
+// that resolves only to forbidden addresses is refused at CONNECT.
+func (x *checkedDialer) check(ctx context.Context, p *policy.Policy, d *policy.Decision, port uint16) ([]netip.AddrPort, error) {
 	var addrs []netip.Addr
 	if d.Addr.IsValid() {
 		addrs = []netip.Addr{d.Addr.Unmap()}
 	} else {
 		if err := x.checkNameBudget(ctx, p, d); err != nil {
-			return nil, netip.AddrPort{}, err
+			return nil, err
 		}
 		var err error
 		if addrs, err = x.cur.Load().res.Lookup(ctx, d.Host); err != nil {
-			return nil, netip.AddrPort{}, err
+			return nil, err
 		}
 	}
 	good := make([]netip.AddrPort, 0, len(addrs))
@@ -87,7 +93,7 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 			// A name that resolves to a metadata address is an attack
 			// (rebinding) or a trap: refuse the whole target, not just
 			// that answer.
-			return nil, netip.AddrPort{}, &DenyError{Reason: policy.ReasonHighRisk, Detail: fmt.Sprintf("%s resolved to %s (high-risk)", d.Host, a), HighRisk: true, Addr: a}
+			return nil, &DenyError{Reason: policy.ReasonHighRisk, Detail: fmt.Sprintf("%s resolved to %s (high-risk)", d.Host, a), HighRisk: true, Addr: a}
 		case !ok:
 			if refused == nil {
 				refused = &DenyError{Reason: policy.ReasonSpecialAddr, Detail: fmt.Sprintf("%s resolved to %s (%s)", d.Host, a, info.Class), Addr: a}
@@ -102,9 +108,18 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 	}
 	if len(good) == 0 {
 		if refused == nil {
-			return nil, netip.AddrPort{}, fmt.Errorf("resolve %s: %w", d.Host, ErrNoAddress)
+			return nil, fmt.Errorf("resolve %s: %w", d.Host, ErrNoAddress)
 		}
-		return nil, netip.AddrPort{}, refused
+		return nil, refused
+	}
+	return good, nil
+}
+
+// dial connects to the target of an allowed decision on port.
+func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.Decision, port uint16) (net.Conn, netip.AddrPort, error) {
+	good, err := x.check(ctx, p, d, port)
+	if err != nil {
+		return nil, netip.AddrPort{}, err
 	}
 	nd := net.Dialer{Timeout: x.cur.Load().timeout, Control: x.control}
 	var errs []error
@@ -114,7 +129,7 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 		// every destination at once.
 		c, err := nd.DialContext(ctx, "tcp", ap.String())
 		if err == nil {
-			return c, ap, nil
+			return x.out.track(c), ap, nil
 		}
 		errs = append(errs, err)
 		if ctx.Err() != nil {
@@ -138,6 +153,60 @@ func reasonFor(err error) policy.Reason {
 	default:
 		return policy.ReasonUpstreamUnreachable
 	}
+}
+
+// outbound remembers the local address of every open upstream connection,
+// so that a server of egressd on this host (the admin endpoint) can tell
+// that its client is egressd's own proxy and refuse to trust it.
+type outbound struct {
+	mu sync.Mutex
+	m  map[netip.AddrPort]int
+}
+
+// track records c's local address until c is closed. The wrapper embeds
+// *net.TCPConn, so the relay still finds its raw socket and half-close.
+func (o *outbound) track(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	la, err := netip.ParseAddrPort(tc.LocalAddr().String())
+	if err != nil {
+		return c
+	}
+	la = netip.AddrPortFrom(la.Addr().Unmap(), la.Port())
+	o.mu.Lock()
+	if o.m == nil {
+		o.m = map[netip.AddrPort]int{}
+	}
+	o.m[la]++
+	o.mu.Unlock()
+	return &outConn{TCPConn: tc, o: o, local: la}
+}
+
+// has reports whether ap is the local end of an open upstream connection.
+func (o *outbound) has(ap netip.AddrPort) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.m[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] > 0
+}
+
+type outConn struct {
+	*net.TCPConn
+	o     *outbound
+	local netip.AddrPort
+	once  sync.Once
+}
+
+func (c *outConn) Close() error {
+	c.once.Do(func() {
+		c.o.mu.Lock()
+		if c.o.m[c.local]--; c.o.m[c.local] <= 0 {
+			delete(c.o.m, c.local)
+		}
+		c.o.mu.Unlock()
+	})
+	return c.TCPConn.Close()
 }
 
 // checkNameBudget refuses a name under a wildcard rule once the requesting

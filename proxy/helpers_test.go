@@ -149,6 +149,13 @@ type harness struct {
 // proxy with cfg, where "{DNS}" in cfg is replaced by the DNS address.
 func newHarness(t testing.TB, cfg string, names map[string][]string) *harness {
 	t.Helper()
+	return newHarnessWith(t, cfg, names, nil)
+}
+
+// newHarnessWith is newHarness with tune, when set, adjusting the proxy's
+// Config (shorter timeouts, a small connection cap).
+func newHarnessWith(t testing.TB, cfg string, names map[string][]string, tune func(*Config)) *harness {
+	t.Helper()
 	h := &harness{t: t, guard: &dialGuard{}, logs: testutil.NewLogWatch()}
 	var err error
 	if h.upCA, err = ca.New(); err != nil {
@@ -171,13 +178,17 @@ func newHarness(t testing.TB, cfg string, names map[string][]string) *harness {
 		t.Fatal(err)
 	}
 	h.ready.Store(true)
-	h.px = New(pol, Config{
+	pc := Config{
 		Logger:        slog.New(slog.NewJSONHandler(h.logs, nil)),
 		CA:            h.mitmCA,
 		UpstreamRoots: h.upCA.Pool(),
 		Control:       h.guard.control,
 		Ready:         h.ready.Load,
-	})
+	}
+	if tune != nil {
+		tune(&pc)
+	}
+	h.px = New(pol, pc)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

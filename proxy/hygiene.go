@@ -2,11 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
-	"time"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // headInfo is what net/http hides from handlers about one request head: it
@@ -16,19 +17,30 @@ type headInfo struct {
 	bad      string // non-empty: why the head is refused with 400
 	host     string // Host header value
 	hostSeen bool
+	size     int // bytes of the head, request line and blank line included
 }
 
 // scanConn watches the bytes net/http reads from a client connection and
 // records, per request head, the header facts the handler needs. It follows
 // HTTP/1.1 message framing (Content-Length and chunked bodies) to find each
 // head; after a CONNECT head the connection is a tunnel and scanning stops.
+//
+// It also enforces the head limits, before net/http buffers anything: a
+// head over limits.header_bytes gets 431, a request target over
+// policy.MaxURLLen 414, each with X-Egressd-Deny, and the connection ends.
+// net/http's own limit is higher, so no head gets past net/http that the
+// scanner did not read to its end (the two limits agree).
 type scanConn struct {
 	net.Conn
 
-	mu      sync.Mutex
-	heads   []headInfo // parsed but not yet claimed by a handler
-	onClose func()
-	idle    atomic.Int64 // >0: each Read must complete within this many ns (inspected tunnels)
+	mu       sync.Mutex
+	heads    []headInfo // parsed but not yet claimed by a handler
+	onClose  func()
+	refusal  *refusal // set by scan: the head is over a limit
+	refused  error    // returned by every Read once the refusal is sent
+	onRefuse func(refusal)
+	headSize int // bytes of the current head so far
+	lineNo   int // lines of the current head so far
 
 	st        scanState
 	line      []byte // current head or chunk-size/trailer line, capped
@@ -48,22 +60,75 @@ const (
 	stDone // tunnel, upgrade, or lost framing: stop watching
 )
 
+// refusal is a head the scanner refuses.
+type refusal struct {
+	reason policy.Reason
+	detail string
+}
+
 func newScanConn(c net.Conn, headLimit int) *scanConn {
 	return &scanConn{Conn: c, headLimit: headLimit}
 }
 
 func (c *scanConn) Read(p []byte) (int, error) {
-	if idle := c.idle.Load(); idle > 0 {
-		c.Conn.SetReadDeadline(time.Now().Add(time.Duration(idle)))
+	if c.refused != nil {
+		return 0, c.refused
 	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()
 		c.scan(p[:n])
+		ref := c.refusal
 		c.mu.Unlock()
+		if ref != nil {
+			// None of these bytes reach net/http: it sees a read error
+			// and closes without an answer of its own.
+			c.refused = &net.OpError{Op: "read", Net: "tcp", Err: fmt.Errorf("egressd: %s: %s", ref.reason, ref.detail)}
+			if c.onRefuse != nil {
+				c.onRefuse(*ref)
+			}
+			return 0, c.refused
+		}
 	}
 	return n, err
 }
+
+// refuseHead stops scanning and records why the head is refused.
+func (c *scanConn) refuseHead(reason policy.Reason, detail string) {
+	c.refusal = &refusal{reason, detail}
+	c.st = stDone
+	c.line = nil
+}
+
+// checkHeadSize refuses the current head when it is over a limit: the
+// whole head over headLimit, or a request line whose target is over
+// policy.MaxURLLen (checked as soon as the line is that long, ended or
+// not).
+func (c *scanConn) checkHeadSize(lineEnded bool) {
+	if c.headSize > c.headLimit {
+		c.refuseHead(policy.ReasonHeaderTooLarge, fmt.Sprintf("request head over limits.header_bytes (%d bytes)", c.headLimit))
+		return
+	}
+	if c.lineNo > 0 {
+		return
+	}
+	line := bytes.TrimLeft(c.line, "\r\n")
+	if !lineEnded {
+		if len(line) > policy.MaxURLLen+maxMethodVersion {
+			c.refuseHead(policy.ReasonURLTooLong, fmt.Sprintf("request target over %d bytes", policy.MaxURLLen))
+		}
+		return
+	}
+	_, rest, _ := bytes.Cut(bytes.TrimSpace(line), []byte(" "))
+	target, _, _ := bytes.Cut(rest, []byte(" "))
+	if len(target) > policy.MaxURLLen {
+		c.refuseHead(policy.ReasonURLTooLong, fmt.Sprintf("request target over %d bytes", policy.MaxURLLen))
+	}
+}
+
+// maxMethodVersion is room for a method and version around the request
+// target before an unended request line is called too long.
+const maxMethodVersion = 64
 
 // next returns the facts about the oldest unclaimed request head.
 func (c *scanConn) next() (headInfo, bool) {
@@ -86,18 +151,22 @@ func (c *scanConn) scan(b []byte) {
 			i := bytes.IndexByte(b, '\n')
 			if i < 0 {
 				c.appendLine(b)
+				c.headSize += len(b)
+				c.checkHeadSize(false)
 				return
 			}
 			c.appendLine(b[:i+1])
+			c.headSize += i + 1
 			b = b[i+1:]
-			if len(c.line) > c.headLimit {
-				c.st = stDone // net/http answers 431 and closes
+			if c.checkHeadSize(true); c.refusal != nil {
 				return
 			}
 			if bytes.HasSuffix(c.line, []byte("\r\n\r\n")) || bytes.HasSuffix(c.line, []byte("\n\n")) {
 				c.endHead()
 			} else if len(bytes.TrimSpace(c.line)) == 0 {
 				c.line = c.line[:0] // blank lines before a request line are allowed
+			} else {
+				c.lineNo++
 			}
 		case stBody:
 			n := int64(len(b))
@@ -213,6 +282,8 @@ func (c *scanConn) endHead() {
 	case te > 1:
 		h.bad = "more than one Transfer-Encoding header"
 	}
+	h.size = c.headSize
+	c.headSize, c.lineNo = 0, 0
 	c.heads = append(c.heads, h)
 	// head (and reqLine) alias c.line: reuse it for the next head, unless
 	// it grew large or the connection stops being HTTP.

@@ -12,6 +12,7 @@ type metrics struct {
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
 	probes          *prometheus.CounterVec // probe traffic, by its own identity
+	acceptErrors    prometheus.Counter
 	responsesCut    *prometheus.CounterVec
 	shed            prometheus.Counter
 }
@@ -34,6 +35,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressd_decision_seconds", Help: "Time from request to policy decision.",
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 0.1},
 		}),
+		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_accept_errors_total", Help: "Failed accepts on the proxy and transparent listeners (out of descriptors, above all).",
+		}),
 		responsesCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_responses_cut_total", Help: "Allowed responses cut short by egressd: a limits.response_* bound, or the client left.",
 		}, []string{"why"}),
@@ -44,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.probes = newProbeMetric()
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.probes)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.acceptErrors, m.probes)
 	}
 	return m
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -74,6 +75,9 @@ type Config struct {
 	FDReserve int
 	// FDLimit replaces the soft RLIMIT_NOFILE as the ceiling (tests).
 	FDLimit func() int
+	// HelloTimeout bounds the wait for a tunnel's ClientHello and
+	// inspected handshake. 0: HelloTimeout; tests shorten it.
+	HelloTimeout time.Duration
 }
 
 // Attempt is a decision worth an alert.
@@ -109,17 +113,23 @@ type Proxy struct {
 	ids    *tracker
 	fds    *fdGuard
 
+	errorLog *log.Logger // net/http's own errors, into the proxy's log
+
+	helloTimeout time.Duration
+
+	acceptLog rateLog
+
 	mu      sync.Mutex
-	self    map[netip.AddrPort]bool
+	self    map[netip.AddrPort]bool // egressd's own listeners (proxy loop)
 	servers []*http.Server
 }
 
 type ctxKey int
 
 const (
-	keyConn ctxKey = iota
-	keyDecision
-	keyTransparent // request rewritten from a transparent listener
+	keyConn        ctxKey = iota
+	keyDecision           // *request: the proxy state of this request
+	keyTransparent        // request rewritten from a transparent listener
 )
 
 // New builds a Proxy enforcing p.
@@ -139,6 +149,8 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	if x.log == nil {
 		x.log = slog.New(slog.DiscardHandler)
 	}
+	x.errorLog = slog.NewLogLogger(x.log.With("source", "net/http").Handler(), slog.LevelDebug)
+	x.helloTimeout = cmp.Or(cfg.HelloTimeout, HelloTimeout)
 	x.fds = &fdGuard{limit: fdLimit, count: fdCount, reserve: cfg.FDReserve}
 	switch {
 	case cfg.FDReserve == 0:
@@ -183,7 +195,11 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		http.Error(w, "egressd: "+policy.ReasonNotProxyRequest.Help(), policy.ReasonNotProxyRequest.Status())
 	})
 	gp.OnRequest().DoFunc(x.onRequest)
-	gp.OnRequest().HandleConnectFunc(x.onConnect)
+	// CONNECT is served by serveConnect and never reaches goproxy; if one
+	// did, it is refused rather than tunnelled with goproxy's defaults.
+	gp.OnRequest().HandleConnectFunc(func(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		return goproxy.RejectConnect, host
+	})
 	x.gp = gp
 	return x
 }
@@ -194,6 +210,7 @@ func (x *Proxy) SetPolicy(p *policy.Policy) {
 	x.dialer.setPolicy(p)
 	x.tr.CloseIdleConnections() // pooled upstreams were checked under the old policy
 	x.up.closeIdle()
+	x.redecideTunnels(p)
 }
 
 // Policy returns the policy in force.
@@ -201,13 +218,28 @@ func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
 
 // Serve answers proxy requests on l until Shutdown.
 func (x *Proxy) Serve(l net.Listener) error {
-	if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil {
-		x.mu.Lock()
-		x.self[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
-		x.mu.Unlock()
-	}
+	x.AddListener(l.Addr())
 	return x.serveHTTP(l, x)
 }
+
+// AddListener registers one of egressd's own listening addresses (admin,
+// DNS, transparent ports; the proxy's own are added by Serve): no rule
+// lets a client reach it through the proxy (reason proxy-loop). An
+// unspecified address (0.0.0.0, ::) stands for every local address.
+func (x *Proxy) AddListener(a net.Addr) {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return
+	}
+	x.mu.Lock()
+	x.self[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
+	x.mu.Unlock()
+}
+
+// ViaProxy reports whether remote is the local end of one of the proxy's
+// open upstream connections: a client of an egressd server on this host
+// that is really a sandbox speaking through the proxy.
+func (x *Proxy) ViaProxy(remote netip.AddrPort) bool { return x.dialer.out.has(remote) }
 
 // serveHTTP serves h on l with the proxy's timeouts and limits, each
 // connection watched by a scanConn the handler finds in its context.
@@ -217,15 +249,18 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 		Handler:           h,
 		ReadHeaderTimeout: p.Limits.RequestHeaderTimeout,
 		IdleTimeout:       p.Limits.IdleTimeout,
-		MaxHeaderBytes:    p.Limits.HeaderBytes,
-		ErrorLog:          log.New(io.Discard, "", 0),
+		// The scanner refuses a head over the limit first (431 with
+		// X-Egressd-Deny); Go's own limit (this plus 4096) is never
+		// reached, so no head passes Go that the scanner gave up on.
+		MaxHeaderBytes: p.Limits.HeaderBytes,
+		ErrorLog:       x.errorLog,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, keyConn, c)
 		},
 	}
 	x.track(srv)
 	shed := &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc}
-	return srv.Serve(&scanListener{Listener: shed, headLimit: p.Limits.HeaderBytes})
+	return srv.Serve(&scanListener{Listener: shed, x: x, name: l.Addr().String()})
 }
 
 // Shutdown stops accepting, closes open tunnels, and waits for requests.
@@ -242,28 +277,43 @@ func (x *Proxy) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// scanListener wraps each accepted connection in a scanConn, and logs and
+// counts accept errors (net/http retries the temporary ones, such as
+// running out of descriptors).
 type scanListener struct {
 	net.Listener
-	headLimit int
+	x    *Proxy
+	name string
 }
 
 func (l *scanListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			l.x.acceptError(l.name, err)
+			return nil, err
+		}
+		return l.x.newScanConn(c, l.x.Policy().Limits.HeaderBytes, nil), nil
 	}
-	return newScanConn(c, l.headLimit), nil
 }
 
-// isSelf reports whether ap is one of egressd's own listeners (proxy loop).
+// isSelf reports whether ap, an address about to be dialed, is one of
+// egressd's own listeners (proxy loop): the exact address, or any local
+// address (loopback, an interface's, or the unspecified address, which
+// connects to this host) on the port of a listener bound to all addresses.
 func (x *Proxy) isSelf(ap netip.AddrPort) bool {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.self[ap] {
 		return true
 	}
 	for s := range x.self {
-		if s.Port() == ap.Port() && s.Addr().IsUnspecified() && (ap.Addr().IsLoopback() || isLocalAddr(ap.Addr())) {
+		if s.Port() != ap.Port() {
+			continue
+		}
+		a := ap.Addr()
+		if a.IsUnspecified() || (s.Addr().IsUnspecified() && (a.IsLoopback() || isLocalAddr(a))) {
 			return true
 		}
 	}
@@ -288,7 +338,8 @@ func isLocalAddr(a netip.Addr) bool {
 // request is the per-request state carried through goproxy's context.
 type request struct {
 	start    time.Time
-	identity string
+	identity string // the identity decided on: source, or refined by a token
+	source   string // the source-address identity, when identity refines it
 	// probe is the identity probe traffic is logged and counted under
 	// (SelftestIdentity, ProbeIdentityPrefix+identity); "" for an agent.
 	// Quarantine and limits still apply to identity.
@@ -300,7 +351,15 @@ type request struct {
 	// connect state for an inspected tunnel: inner requests must name the
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
-	conn   *scanConn // client connection of an inspected tunnel
+	// upAddr is the address a spliced tunnel reached (a reload checks it
+	// again).
+	upAddr netip.AddrPort
+	// cutBy is set when egressd closes the open tunnel (reload,
+	// quarantine): its last log line is then a denial.
+	cutBy atomic.Pointer[cutInfo]
+	// headBytes is the size of the request head the client sent (data
+	// out, like the body).
+	headBytes int
 	// w answers a plain request (nil inside tunnels): a slow response's
 	// head is flushed through it.
 	w http.ResponseWriter
@@ -318,7 +377,13 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		head, _ = sc.next()
 	}
-	rq := &request{start: start, method: r.Method, identity: x.identify(r), w: w}
+	if sc != nil {
+		if bd := x.limitBody(r, sc.Conn); bd != nil {
+			defer bd.finish()
+		}
+	}
+	rq := &request{start: start, method: r.Method, headBytes: head.size, w: w}
+	rq.identity, rq.source = x.identify(r)
 	if isProbeAPI(r) {
 		x.serveProbeAPI(w, r, rq.identity)
 		return
@@ -340,13 +405,15 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.refuse(w, r, rq, policy.ReasonHostMismatch, fmt.Sprintf("Host header %q disagrees with the URL host %q", head.host, r.URL.Host))
 		return
 	}
-	if x.ids.quarantined(rq.identity) {
-		x.refuse(w, r, rq, policy.ReasonQuarantine, "identity "+rq.identity+" is quarantined")
+	if id, ok := x.quarantined(rq); ok {
+		x.refuse(w, r, rq, policy.ReasonQuarantine, "identity "+id+" is quarantined")
 		return
 	}
-	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
+	// The budget is the source's: a token refines the name, never the
+	// budget.
+	release, ok := x.ids.acquire(rq.budget(), x.Policy().Limits.ConnsPerIdentity)
 	if !ok {
-		x.refuse(w, r, rq, policy.ReasonConnLimit, "too many concurrent connections for identity "+orNone(rq.identity))
+		x.refuse(w, r, rq, policy.ReasonConnLimit, "too many concurrent connections for identity "+orNone(rq.budget()))
 		return
 	}
 	rq.release = release
@@ -355,7 +422,11 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rq.release()
 		}
 	}()
-	r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
+	r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq)) // the dial's name budget is per identity
+	if r.Method == http.MethodConnect {
+		x.serveConnect(w, r, rq)
+		return
+	}
 	x.gp.ServeHTTP(w, r)
 }
 
@@ -379,26 +450,37 @@ func orNone(s string) string {
 	return s
 }
 
-// identify names the client: the Proxy-Authorization user (a label, not
-// authentication), else the identity whose cidrs hold the source address.
-func (x *Proxy) identify(r *http.Request) string {
-	user := ""
+// identify names the client. The source address decides (the identity
+// whose cidrs hold it, else the address itself); a Proxy-Authorization
+// user:secret only refines that to an identity whose token_sha256 the
+// secret matches and whose cidrs, if any, hold the source. An unknown or
+// unproven label changes nothing. It returns the identity and, when a
+// token refined it, the source identity it refines.
+func (x *Proxy) identify(r *http.Request) (identity, source string) {
+	src, _ := netip.ParseAddrPort(r.RemoteAddr)
+	p := x.Policy()
+	source = x.sourceIdentity(src.Addr())
 	if h := r.Header.Get("Proxy-Authorization"); h != "" {
 		if b, ok := strings.CutPrefix(h, "Basic "); ok {
 			if raw, err := base64.StdEncoding.DecodeString(b); err == nil {
-				user, _, _ = strings.Cut(string(raw), ":")
+				user, secret, _ := strings.Cut(string(raw), ":")
+				if id := p.Refine(src.Addr(), user, secret); id != "" && id != source {
+					return id, source
+				}
 			}
 		}
 	}
-	src, _ := netip.ParseAddrPort(r.RemoteAddr)
-	if id := x.Policy().Identity(src.Addr(), user); id != "" {
+	return source, ""
+}
+
+// sourceIdentity names a client by its address: the identity whose cidrs
+// hold it, else the address itself.
+func (x *Proxy) sourceIdentity(a netip.Addr) string {
+	if id := x.Policy().Identity(a); id != "" {
 		return id
 	}
-	if user != "" {
-		return "user:" + user
-	}
-	if src.IsValid() {
-		return src.Addr().Unmap().String()
+	if a.IsValid() {
+		return a.Unmap().String()
 	}
 	return ""
 }
@@ -407,6 +489,24 @@ func (x *Proxy) identify(r *http.Request) string {
 func (rq *request) logIdentity() string {
 	if rq.probe != "" {
 		return rq.probe
+	}
+	return rq.identity
+}
+
+// names are the identities a request counts as: its own, and the source
+// identity it refines.
+func (rq *request) names() []string {
+	if rq.source != "" && rq.source != rq.identity {
+		return []string{rq.identity, rq.source}
+	}
+	return []string{rq.identity}
+}
+
+// budget is the identity whose connection budget a request spends: the
+// source's.
+func (rq *request) budget() string {
+	if rq.source != "" {
+		return rq.source
 	}
 	return rq.identity
 }
@@ -433,6 +533,17 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 		x.alert(Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
 			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval})
 	}
+}
+
+// quarantined reports whether any identity the request counts as is
+// quarantined, and which.
+func (x *Proxy) quarantined(rq *request) (string, bool) {
+	for _, id := range rq.names() {
+		if x.ids.quarantined(id) {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // refuse answers a request that never reached a decision rule (hygiene,

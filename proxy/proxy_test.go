@@ -44,6 +44,7 @@ allow:
 identities:
   - name: agent-a
     user: agent-a
+    token_sha256: 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881 # sha256("x"), basic()'s password
 `
 
 var testNames = map[string][]string{

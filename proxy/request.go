@@ -20,14 +20,17 @@ import (
 )
 
 // onRequest decides a plain absolute-form request, or a request inside an
-// inspected tunnel (ctx.UserData holds the tunnel's CONNECT state).
+// inspected tunnel (its state's tunnel field holds the CONNECT's).
 func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 	p := x.Policy()
-	var rq *request
-	if tun, ok := ctx.UserData.(*request); ok {
-		rq = &request{start: time.Now(), identity: tun.identity, probe: tun.probe, method: r.Method, tunnel: tun}
-		if x.ids.quarantined(rq.identity) {
-			return r, x.deny(r, rq, policy.ReasonQuarantine, "", "identity "+rq.identity+" is quarantined")
+	rq, _ := r.Context().Value(keyDecision).(*request)
+	if rq == nil { // not through ServeHTTP: refuse rather than guess
+		rq = &request{start: time.Now(), method: r.Method}
+		return r, x.deny(r, rq, policy.ReasonInternal, "", "request without proxy state")
+	}
+	if tun := rq.tunnel; tun != nil {
+		if id, ok := x.quarantined(rq); ok {
+			return r, x.deny(r, rq, policy.ReasonQuarantine, "", "identity "+id+" is quarantined")
 		}
 		t, err := innerTarget(tun, r)
 		if err != nil {
@@ -35,11 +38,6 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		}
 		rq.target = t
 	} else {
-		rq, _ = r.Context().Value(keyDecision).(*request)
-		if rq == nil { // not through ServeHTTP: refuse rather than guess
-			rq = &request{start: time.Now(), method: r.Method}
-			return r, x.deny(r, rq, policy.ReasonInternal, "", "request without proxy state")
-		}
 		t, err := policy.ParseURL(r.RequestURI)
 		if err != nil {
 			return r, x.deny(r, rq, policy.ReasonBadTarget, "", err.Error())
@@ -59,20 +57,35 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
 	}
+	if up := upgradeOf(r); up != "" {
+		// A protocol switch (WebSocket, h2c) turns the request into a
+		// tunnel no later check sees: refused, and logged as such.
+		return r, x.deny(r, rq, policy.ReasonUpgrade, rq.d.RuleName(), fmt.Sprintf("Upgrade: %.40s: a protocol switch would carry data no rule checks", up))
+	}
 	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
 		return r, x.deny(r, rq, reason, rq.d.RuleName(), detail)
 	}
 	if resp := x.checkShape(r, rq, p); resp != nil {
 		return r, resp
 	}
-	if rq.tunnel != nil {
-		// a request inside an inspected tunnel: its context holds the
-		// tunnel's state, and the dial needs this request's decision (a
-		// plain request's context already holds rq, from ServeHTTP)
-		r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
-	}
 	ctx.RoundTripper = goproxy.RoundTripperFunc(x.roundTrip)
 	return r, nil
+}
+
+// upgradeOf returns the protocol a request asks to switch to (Upgrade, or
+// an HTTP2-Settings h2c attempt), or "".
+func upgradeOf(r *http.Request) string {
+	if v := r.Header.Get("Upgrade"); v != "" {
+		return v
+	}
+	for _, v := range r.Header.Values("Connection") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return "(Connection: upgrade)"
+			}
+		}
+	}
+	return ""
 }
 
 // methodOverrideHeaders are headers some frameworks read as the real method.
@@ -112,7 +125,7 @@ func innerTarget(tun *request, r *http.Request) (policy.Target, error) {
 		return t, err
 	}
 	if port != t.Port || name != t.Name || addr != t.Addr {
-		return t, fmt.Errorf("Host %q disagrees with the tunnel's %s:%d", hostHdr, t.Host(), t.Port)
+		return t, fmt.Errorf("header Host %q disagrees with the tunnel's %s:%d", hostHdr, t.Host(), t.Port)
 	}
 	t.Path, t.Query, _ = strings.Cut(uri, "?")
 	return t, nil
@@ -223,7 +236,7 @@ func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response,
 		flush = func() { rc.Flush() }
 	}
 	g := guardBody(r.Context(), resp.Body, lim, abort, flush, mayBlock)
-	resp.Body = &countingBody{ReadCloser: g, guard: g, x: x, r: r, rq: rq, status: resp.StatusCode, out: max(r.ContentLength, 0)}
+	resp.Body = &countingBody{ReadCloser: g, guard: g, x: x, r: r, rq: rq, status: resp.StatusCode, out: int64(rq.headBytes) + max(r.ContentLength, 0)} // data out: the head the client sent and the body
 	return resp, nil
 }
 
@@ -312,10 +325,12 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 	}
 	x.log.LogAttrs(ctx, level, event.Msg,
 		slog.String(event.KeyIdentity, rq.logIdentity()),
+		slog.String(event.KeySource, rq.source),
 		slog.String(event.KeyMethod, rq.method),
 		slog.String(event.KeyHost, host),
 		slog.Int(event.KeyPort, int(rq.target.Port)),
 		slog.String(event.KeyPath, truncate(rq.target.Path, maxLogPath)),
+		slog.Int(event.KeyQueryLen, len(rq.target.Query)),
 		slog.String(event.KeyPageType, d.PageType.String()),
 		slog.String(event.KeyRule, d.RuleName()),
 		slog.String(event.KeyDecision, decision),

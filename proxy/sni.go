@@ -41,8 +41,25 @@ func peekClientHello(c net.Conn, timeout time.Duration) (*tls.ClientHelloInfo, [
 	if rd.buf[0] != 0x16 {
 		return nil, rd.buf, ErrNotTLS
 	}
+	hello, err := parseHello(&readOnlyConn{replayConn{Conn: c, r: rd}})
+	if hello == nil {
+		// crypto/tls refuses an SNI with a trailing dot (RFC 6066 forbids
+		// it; clients send it for "host."): parse a copy without the dot,
+		// as hosts are normalized, and replay the client's own bytes.
+		if fixed, ok := stripSNIDot(rd.buf); ok {
+			if h, ferr := parseHello(&readOnlyConn{replayConn{Conn: c, r: eofReader{}, pre: fixed}}); h != nil {
+				return h, rd.buf, ferr
+			}
+		}
+		return nil, rd.buf, err
+	}
+	return hello, rd.buf, nil
+}
+
+// parseHello runs crypto/tls's parser over c up to the ClientHello.
+func parseHello(c net.Conn) (*tls.ClientHelloInfo, error) {
 	var hello *tls.ClientHelloInfo
-	err := tls.Server(&readOnlyConn{replayConn{Conn: c, r: rd}}, &tls.Config{
+	err := tls.Server(c, &tls.Config{
 		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			hello = h
 			return nil, errHelloRead
@@ -52,9 +69,85 @@ func peekClientHello(c net.Conn, timeout time.Duration) (*tls.ClientHelloInfo, [
 		if err == nil {
 			err = ErrNotTLS
 		}
-		return nil, rd.buf, err
+		return nil, err
 	}
-	return hello, rd.buf, nil
+	return hello, nil
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// stripSNIDot returns a copy of rec, a TLS record holding a whole
+// ClientHello, with the one trailing dot of its server_name removed and
+// every length around it fixed; ok is false when rec is anything else.
+// Only the parser sees the copy.
+func stripSNIDot(rec []byte) (out []byte, ok bool) {
+	u16 := func(b []byte, i int) int { return int(b[i])<<8 | int(b[i+1]) }
+	if len(rec) < 9 || rec[0] != 0x16 || rec[5] != 1 {
+		return nil, false
+	}
+	end := 5 + u16(rec, 3)
+	if end > len(rec) || 9+(int(rec[6])<<16|int(rec[7])<<8|int(rec[8])) != end {
+		return nil, false // not exactly one record holding one whole hello
+	}
+	p := 9 + 2 + 32 // version, random
+	if p >= end {
+		return nil, false
+	}
+	p += 1 + int(rec[p]) // session id
+	if p+2 > end {
+		return nil, false
+	}
+	p += 2 + u16(rec, p) // cipher suites
+	if p >= end {
+		return nil, false
+	}
+	p += 1 + int(rec[p]) // compression methods
+	if p+2 > end {
+		return nil, false
+	}
+	extsAt := p
+	p += 2
+	if p+u16(rec, extsAt) != end {
+		return nil, false
+	}
+	for p+4 <= end {
+		typ, l := u16(rec, p), u16(rec, p+2)
+		extAt := p
+		p += 4
+		if p+l > end {
+			return nil, false
+		}
+		if typ != 0 { // server_name
+			p += l
+			continue
+		}
+		// server_name_list: one host_name entry
+		if l < 5 || u16(rec, p) != l-2 || rec[p+2] != 0 || u16(rec, p+3) != l-5 {
+			return nil, false
+		}
+		nameEnd := p + l
+		if rec[nameEnd-1] != '.' {
+			return nil, false
+		}
+		out = make([]byte, 0, len(rec)-1)
+		out = append(out, rec[:nameEnd-1]...)
+		out = append(out, rec[nameEnd:]...)
+		dec := func(i int) {
+			v := u16(out, i) - 1
+			out[i], out[i+1] = byte(v>>8), byte(v)
+		}
+		dec(3) // record
+		hl := int(out[6])<<16 | int(out[7])<<8 | int(out[8]) - 1
+		out[6], out[7], out[8] = byte(hl>>16), byte(hl>>8), byte(hl)
+		dec(extsAt)    // extensions
+		dec(extAt + 2) // this extension
+		dec(p)         // server_name_list
+		dec(p + 3)     // host_name
+		return out, true
+	}
+	return nil, false
 }
 
 // helloReader feeds the TLS parser from buf and reads more from c into

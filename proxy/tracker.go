@@ -10,12 +10,12 @@ import (
 type tracker struct {
 	mu      sync.Mutex
 	open    map[string]int
-	tunnels map[string]map[net.Conn]struct{}
+	tunnels map[string]map[net.Conn]*request
 	quar    map[string]bool
 }
 
 func newTracker() *tracker {
-	return &tracker{open: map[string]int{}, tunnels: map[string]map[net.Conn]struct{}{}, quar: map[string]bool{}}
+	return &tracker{open: map[string]int{}, tunnels: map[string]map[net.Conn]*request{}, quar: map[string]bool{}}
 }
 
 // acquire takes a connection slot for id; limit <= 0 means no limit.
@@ -38,15 +38,30 @@ func (t *tracker) acquire(id string, limit int) (release func(), ok bool) {
 	}, true
 }
 
-func (t *tracker) addTunnel(id string, c net.Conn) {
+// addTunnel records an open tunnel of id on client connection c, with the
+// state it was decided with.
+func (t *tracker) addTunnel(id string, c net.Conn, rq *request) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.tunnels[id]
 	if m == nil {
-		m = map[net.Conn]struct{}{}
+		m = map[net.Conn]*request{}
 		t.tunnels[id] = m
 	}
-	m[c] = struct{}{}
+	m[c] = rq
+}
+
+// openTunnels returns every open tunnel once, with its state.
+func (t *tracker) openTunnels() map[net.Conn]*request {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[net.Conn]*request{}
+	for _, m := range t.tunnels {
+		for c, rq := range m {
+			out[c] = rq
+		}
+	}
+	return out
 }
 
 func (t *tracker) removeTunnel(id string, c net.Conn) {
@@ -66,20 +81,17 @@ func (t *tracker) quarantined(id string) bool {
 	return t.quar[id]
 }
 
-// quarantine denies everything for id from now on and closes its open
-// tunnels; it returns how many it closed.
-func (t *tracker) quarantine(id string) int {
+// quarantine denies everything for id from now on and returns its open
+// tunnels, for the caller to close.
+func (t *tracker) quarantine(id string) map[net.Conn]*request {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.quar[id] = true
-	var conns []net.Conn
-	for c := range t.tunnels[id] {
-		conns = append(conns, c)
+	out := make(map[net.Conn]*request, len(t.tunnels[id]))
+	for c, rq := range t.tunnels[id] {
+		out[c] = rq
 	}
-	t.mu.Unlock()
-	for _, c := range conns {
-		c.Close() // the close hook removes it from tunnels
-	}
-	return len(conns)
+	return out
 }
 
 func (t *tracker) lift(id string) bool {

@@ -5,11 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
-	"log"
+
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +29,7 @@ import (
 // each origin-form request becomes the absolute-form request its Host
 // header names and goes through the same checks as a proxy request.
 func (x *Proxy) ServeTransparentHTTP(l net.Listener, origPort uint16) error {
+	x.AddListener(l.Addr())
 	return x.serveHTTP(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x.serveOriginForm(w, r, "http", origPort, "")
 	}))
@@ -42,17 +43,18 @@ func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme s
 	case r.Host == "":
 		err = errors.New("no Host header: a transparent request must name its host")
 	case err == nil && hport != port:
-		err = fmt.Errorf("Host %q names port %d on a connection to port %d", r.Host, hport, port)
+		err = fmt.Errorf("header Host %q names port %d on a connection to port %d", r.Host, hport, port)
 	case err == nil && !strings.HasPrefix(r.RequestURI, "/"):
 		err = fmt.Errorf("request target %.60q is not origin-form", r.RequestURI)
 	}
 	if err == nil && sni != "" {
 		if name, addr, nerr := policy.NormalizeHost(host); nerr != nil || addr.IsValid() || name != sni {
-			err = fmt.Errorf("Host %q disagrees with the TLS SNI %q", r.Host, sni)
+			err = fmt.Errorf("header Host %q disagrees with the TLS SNI %q", r.Host, sni)
 		}
 	}
 	if err != nil {
-		rq := &request{start: time.Now(), method: r.Method, identity: x.identify(r)}
+		rq := &request{start: time.Now(), method: r.Method}
+		rq.identity, rq.source = x.identify(r)
 		x.refuse(w, r, rq, policy.ReasonHostMismatch, err.Error())
 		return
 	}
@@ -69,14 +71,22 @@ func (x *Proxy) serveOriginForm(w http.ResponseWriter, r *http.Request, scheme s
 // that needs inspection terminates TLS with egressd's CA and serves the
 // requests inside as absolute-form https requests.
 func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
+	x.AddListener(l.Addr())
+	var backoff time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			x.acceptError(l.Addr().String(), err)
+			// Out of descriptors and the like pass: wait and retry, as
+			// net/http does, rather than end egressd.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		if !x.fds.admit(time.Now()) { // a TLS client cannot read a 503: close
 			x.m.shed.Inc()
 			c.Close()
@@ -90,10 +100,7 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	defer c.Close()
 	rq := &request{start: time.Now(), method: "TLS"}
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-	rq.identity = x.Policy().Identity(src.Addr(), "")
-	if rq.identity == "" {
-		rq.identity = src.Addr().Unmap().String()
-	}
+	rq.identity = x.sourceIdentity(src.Addr())
 	ctx := context.Background()
 	if x.ids.quarantined(rq.identity) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonQuarantine, "", 0, 0)
@@ -105,9 +112,13 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	defer release()
-	hello, raw, err := peekClientHello(c, helloTimeout)
+	hello, raw, err := peekClientHello(c, x.helloTimeout)
 	if err != nil {
-		x.logDecisionReason(ctx, rq, 0, policy.ReasonNotTLS, err.Error(), 0, 0)
+		reason := policy.ReasonNoClientHello
+		if errors.Is(err, ErrNotTLS) {
+			reason = policy.ReasonNotTLS
+		}
+		x.cut(ctx, rq, reason, err.Error())
 		return
 	}
 	if hello.ServerName == "" {
@@ -128,57 +139,61 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	if reason, detail := x.refusal(p, c.RemoteAddr().String()); reason.Denies() {
-		x.logDecisionReason(ctx, rq, http.StatusServiceUnavailable, reason, detail, 0, 0)
+		rq.d.Allow = false
+		x.logDecisionReason(ctx, rq, reason.Status(), reason, detail, 0, 0)
 		return
 	}
 	client := &replayConn{Conn: c, pre: raw}
-	x.ids.addTunnel(rq.identity, c)
+	x.ids.addTunnel(rq.identity, c, rq)
 	x.m.tunnels.Inc()
 	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec() }()
 	if !rq.d.Inspect {
+		if slices.Contains(hello.Extensions, extECH) {
+			x.cut(ctx, rq, policy.ReasonECH, policy.ReasonECH.Help())
+			return
+		}
 		ctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
-		up, _, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
+		up, upAddr, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
 		if err != nil {
 			reason := reasonFor(err)
+			rq.d.Allow = false
 			x.logDecisionReason(ctx, rq, reason.Status(), reason, err.Error(), 0, 0)
 			return
 		}
+		rq.upAddr = upAddr
 		defer up.Close()
 		idle := p.Limits.IdleTimeout
 		out, in, idled := pipe(client, up, idle)
+		if ci := rq.cutBy.Load(); ci != nil {
+			rq.d.Allow = false
+			x.logDecisionReason(ctx, rq, 0, ci.reason, ci.detail, in, out)
+			return
+		}
 		x.logDecisionReason(ctx, rq, http.StatusOK, policy.ReasonTransparentTunnel, idleDetail(idled, idle), in, out)
 		return
 	}
 	if x.ca == nil {
+		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonInspectionUnavailable, "", 0, 0)
 		return
 	}
 	cfg, err := x.ca.ServerConfig(t.Host())
 	if err != nil {
+		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, http.StatusBadGateway, policy.ReasonInspectionUnavailable, err.Error(), 0, 0)
 		return
 	}
 	tc := tls.Server(client, cfg)
-	tc.SetDeadline(time.Now().Add(helloTimeout))
+	tc.SetDeadline(time.Now().Add(x.helloTimeout))
 	if err := tc.Handshake(); err != nil {
-		x.logDecisionReason(ctx, rq, 0, policy.ReasonTLSHandshake, err.Error(), 0, 0)
+		x.cut(ctx, rq, policy.ReasonTLSHandshake, err.Error())
 		return
 	}
 	tc.SetDeadline(time.Time{})
 	x.logDecision(ctx, rq, http.StatusOK, "transparent TLS inspected", 0, 0)
-	inner := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			x.serveOriginForm(w, r, "https", port, t.Name)
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       p.Limits.IdleTimeout,
-		ErrorLog:          log.New(io.Discard, "", 0),
-	}
-	sc := newScanConn(tc, p.Limits.HeaderBytes)
-	inner.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
-		return context.WithValue(ctx, keyConn, sc) // the scanner, not the listener's wrapper
-	}
-	inner.Serve(newOneConnListener(sc))
+	x.serveInner(tc, nil, func(w http.ResponseWriter, r *http.Request, _ *scanConn) {
+		x.serveOriginForm(w, r, "https", port, t.Name)
+	})
 }
 
 // oneConnListener serves exactly one connection, then reports closed once

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
@@ -111,6 +112,27 @@ func NSExecMain(args []string) error {
 	if what, ok := refuse[got]; ok {
 		return fmt.Errorf("sandbox: nsexec: %s is %s: refusing", nsPath, what)
 	}
+	init := os.Getpid() == 1
+	if init {
+		// A fresh PID namespace (see [NewPIDNamespace]): its own /proc,
+		// so the command sees only its own processes.
+		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("sandbox: nsexec: mount /proc for the PID namespace: %w", err)
+		}
+	}
+	if init {
+		// The init keeps its credentials: changing them would clear the
+		// parent-death signal that ends the sandbox with egressd. The
+		// command drops them in the child, with no_new_privs inherited.
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("sandbox: nsexec: set no_new_privs: %w", err)
+		}
+		path, err := exec.LookPath(argv[0])
+		if err != nil {
+			return fmt.Errorf("sandbox: nsexec: %w", err)
+		}
+		return initMain(path, argv, cred)
+	}
 	if cred != nil {
 		if err := dropCredentials(cred); err != nil {
 			return fmt.Errorf("sandbox: nsexec: %w", err)
@@ -187,4 +209,63 @@ func dropCredentials(cred *syscall.Credential) error {
 		return fmt.Errorf("set no_new_privs: %w", err)
 	}
 	return nil
+}
+
+// NewPIDNamespace makes cmd (from [NSExecCommand]) start in a new PID
+// namespace whose init is the nsexec helper, and be killed if the thread
+// that starts it dies (start it from a goroutine locked to its thread, as
+// PR_SET_PDEATHSIG follows the thread, not the process). The helper runs
+// the command as its child, forwards signals to it, reaps orphans and
+// exits with the command's status; when it exits the kernel kills every
+// other process of the namespace — backgrounded, nohup'ed, setsid'ed —
+// and cmd.Wait returns only once they are all gone.
+func NewPIDNamespace(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWPID
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}
+
+// initMain is PID 1 of the sandbox's PID namespace: it runs the command,
+// forwards signals, reaps every orphan, and exits with the command's
+// status (128+n for a signal), which ends the namespace.
+func initMain(path string, argv []string, cred *syscall.Credential) error {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT, syscall.SIGTSTP)
+	// The thread is locked and in the sandbox's namespaces; the child is
+	// forked from it and inherits them, and no_new_privs.
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Credential: cred},
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: start %s: %w", path, err)
+	}
+	go func() {
+		for s := range sigs {
+			syscall.Kill(pid, s.(syscall.Signal))
+		}
+	}()
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: nsexec: wait: %w", err)
+		}
+		if got != pid {
+			continue // an orphan, reaped
+		}
+		switch {
+		case ws.Exited():
+			os.Exit(ws.ExitStatus())
+		case ws.Signaled():
+			os.Exit(128 + int(ws.Signal()))
+		}
+	}
 }

@@ -79,7 +79,7 @@ func newNS(t testing.TB, suffix string) *sandbox.NS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Delete()
+	defer h.Close()
 	lo, err := h.LinkByName("lo")
 	if err == nil {
 		err = h.LinkSetUp(lo)
@@ -565,7 +565,7 @@ func TestWire(t *testing.T) {
 	}
 
 	hg, _ := netlink.NewHandleAt(netns.NsHandle(gw.Fd()))
-	defer hg.Delete()
+	defer hg.Close()
 	hs, _ := netlink.NewHandleAt(netns.NsHandle(sbx.Fd()))
 	gl, err := hg.LinkByName("egtst3")
 	if err != nil {
@@ -672,7 +672,7 @@ func TestWire(t *testing.T) {
 	// Deleting the sandbox namespace (last reference gone: handle and
 	// netlink sockets) deletes the pair.
 	name := sbx.Name()
-	hs.Delete()
+	hs.Close()
 	sbx.Close()
 	if err := sandbox.Delete(name); err != nil {
 		t.Fatal(err)
@@ -706,7 +706,7 @@ func TestLinkDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs, _ := netlink.NewHandleAt(netns.NsHandle(sbx.Fd()))
-	defer hs.Delete()
+	defer hs.Close()
 	if _, err := hs.LinkByName("eth0"); err == nil {
 		t.Error("sandbox end still present after Link.Delete")
 	}

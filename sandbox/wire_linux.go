@@ -31,15 +31,10 @@ func Wire(spec Veth) (*Link, error) {
 	return l, nil
 }
 
-func wire(spec Veth) (_ *Link, err error) {
-	sbx, gw := spec.SandboxNS, spec.GatewayNS
-	if sbx == nil || gw == nil || sbx.fd < 0 || gw.fd < 0 {
-		return nil, ErrClosed
-	}
-	if sbx.cookie == gw.cookie {
-		return nil, fmt.Errorf("sandbox and gateway are the same namespace (%s)", sbx)
-	}
-	l := &Link{GatewayName: spec.Prefix + strconv.Itoa(spec.Index), SandboxName: spec.SandboxName, gw: gw}
+// plan names a link's interfaces and picks its addresses from the pools,
+// checking the spec; nothing is created.
+func plan(spec Veth) (l *Link, err error) {
+	l = &Link{GatewayName: spec.Prefix + strconv.Itoa(spec.Index), SandboxName: spec.SandboxName, gw: spec.GatewayNS}
 	if l.SandboxName == "" {
 		l.SandboxName = "eth0"
 	}
@@ -67,17 +62,75 @@ func wire(spec Veth) (_ *Link, err error) {
 			return nil, err
 		}
 	}
+	return l, nil
+}
+
+// linkEnd is one end of a veth pair, with the handle of its namespace.
+type linkEnd struct {
+	h            *netlink.Handle
+	link         netlink.Link
+	addr4, addr6 netip.Prefix
+}
+
+// upInOrder addresses both ends and brings them up in the order that loses
+// no first packet (see the comments inside).
+func upInOrder(ends []linkEnd) error {
+	for _, e := range ends {
+		if err := addAddr(e.h, e.link, e.addr4); err != nil {
+			return err
+		}
+		if err := e.h.LinkSetUp(e.link); err != nil {
+			return fmt.Errorf("set %s up: %w", e.link.Attrs().Name, err)
+		}
+	}
+	// The order below avoids losing the first packets, which would cost
+	// the first connect a full second (the SYN or ARP/ND retransmit):
+	//  - a packet queued before the kernel marks the link running is
+	//    dropped, so wait for that;
+	//  - an IPv6 address added before then turns tentative at link-up, even
+	//    with IFA_F_NODAD, so add IPv6 addresses afterwards; and wait until
+	//    each is routed locally (see waitLocal).
+	for _, e := range ends {
+		if err := waitRunning(e.h, e.link); err != nil {
+			return err
+		}
+	}
+	for _, e := range ends {
+		if err := addAddr(e.h, e.link, e.addr6); err != nil {
+			return err
+		}
+	}
+	for _, e := range ends {
+		if err := waitLocal(e.h, e.link, e.addr6); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func wire(spec Veth) (_ *Link, err error) {
+	sbx, gw := spec.SandboxNS, spec.GatewayNS
+	if sbx == nil || gw == nil || sbx.fd < 0 || gw.fd < 0 {
+		return nil, ErrClosed
+	}
+	if sbx.cookie == gw.cookie {
+		return nil, fmt.Errorf("sandbox and gateway are the same namespace (%s)", sbx)
+	}
+	l, err := plan(spec)
+	if err != nil {
+		return nil, err
+	}
 
 	hg, err := netlink.NewHandleAt(netns.NsHandle(gw.fd))
 	if err != nil {
 		return nil, fmt.Errorf("netlink in %s: %w", gw, err)
 	}
-	defer hg.Delete()
+	defer hg.Close()
 	hs, err := netlink.NewHandleAt(netns.NsHandle(sbx.fd))
 	if err != nil {
 		return nil, fmt.Errorf("netlink in %s: %w", sbx, err)
 	}
-	defer hs.Delete()
+	defer hs.Close()
 
 	gl, sl, err := addVeth(hg, hs, l.GatewayName, l.SandboxName, sbx)
 	if err != nil {
@@ -109,43 +162,12 @@ func wire(spec Veth) (_ *Link, err error) {
 			}
 		}
 	}
-	ends := []struct {
-		h            *netlink.Handle
-		link         netlink.Link
-		addr4, addr6 netip.Prefix
-	}{{hg, gl, l.Gateway4, l.Gateway6}, {hs, sl, l.Sandbox4, l.Sandbox6}}
+	ends := []linkEnd{{hg, gl, l.Gateway4, l.Gateway6}, {hs, sl, l.Sandbox4, l.Sandbox6}}
 	if err := hs.LinkSetUp(lo); err != nil {
 		return nil, fmt.Errorf("set lo up in %s: %w", sbx, err)
 	}
-	for _, e := range ends {
-		if err := addAddr(e.h, e.link, e.addr4); err != nil {
-			return nil, err
-		}
-		if err := e.h.LinkSetUp(e.link); err != nil {
-			return nil, fmt.Errorf("set %s up: %w", e.link.Attrs().Name, err)
-		}
-	}
-	// The order below avoids losing the first packets, which would cost
-	// the first connect a full second (the SYN or ARP/ND retransmit):
-	//  - a packet queued before the kernel marks the link running is
-	//    dropped, so wait for that;
-	//  - an IPv6 address added before then turns tentative at link-up, even
-	//    with IFA_F_NODAD, so add IPv6 addresses afterwards; and wait until
-	//    each is routed locally (see waitLocal).
-	for _, e := range ends {
-		if err := waitRunning(e.h, e.link); err != nil {
-			return nil, err
-		}
-	}
-	for _, e := range ends {
-		if err := addAddr(e.h, e.link, e.addr6); err != nil {
-			return nil, err
-		}
-	}
-	for _, e := range ends {
-		if err := waitLocal(e.h, e.link, e.addr6); err != nil {
-			return nil, err
-		}
+	if err := upInOrder(ends); err != nil {
+		return nil, err
 	}
 	for _, g := range []netip.Prefix{l.Gateway4, l.Gateway6} {
 		if !g.IsValid() {
@@ -265,7 +287,7 @@ func (l *Link) Delete() error {
 	if err != nil {
 		return fmt.Errorf("sandbox: delete %s: netlink in %s: %w", l.GatewayName, l.gw, err)
 	}
-	defer h.Delete()
+	defer h.Close()
 	link, err := h.LinkByIndex(l.GatewayIndex)
 	if err != nil || link.Attrs().Name != l.GatewayName {
 		return fmt.Errorf("sandbox: delete %s: not found in %s", l.GatewayName, l.gw)
@@ -292,7 +314,7 @@ func AddAddress(ns *NS, ifName string, p netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: add address %s: netlink in %s: %w", p, ns, err)
 	}
-	defer h.Delete()
+	defer h.Close()
 	link, err := h.LinkByName(ifName)
 	if err == nil {
 		err = addAddr(h, link, p)

@@ -150,6 +150,21 @@ func (r *runner) catalog() []probe {
 		proxied(probe{id: "host-trick", route: "proxy http, host header", target: fmt.Sprintf("%s with Host: %s", c.HostTrickURL, c.HostTrickHost), expected: "400/403 from egressd",
 			run: func(ctx context.Context) outcome { return r.hostTrick(ctx) }})
 	}
+	for _, own := range c.Own {
+		proxied(probe{id: "proxy-loop-http/" + own, route: "proxy http to egressd's own listener", target: own, expected: expRefused,
+			run: func(ctx context.Context) outcome { return r.rawRefused(ctx, "http://"+own+"/metrics", own, "") }})
+		proxied(probe{id: "proxy-loop-connect/" + own, route: "proxy connect to egressd's own listener", target: own, expected: expRefused,
+			run: func(ctx context.Context) outcome { return r.connectRefused(ctx, own) }})
+	}
+	if c.InspectHost != "" && c.HeadBytes > 0 {
+		proxied(probe{id: "inner-head-limit/" + c.InspectHost, route: "proxy connect, inspected, oversized head", target: fmt.Sprintf("%s with a %d-byte head", c.InspectHost, c.HeadBytes+oversize), expected: "431 from egressd",
+			run: func(ctx context.Context) outcome { return r.innerHeadLimit(ctx) }})
+	}
+	if c.SilentHost != "" && c.SilentDeadline > 0 {
+		proxied(probe{id: "silent-tunnel/" + c.SilentHost, route: "proxy connect, silent client", target: c.SilentHost, expected: fmt.Sprintf("closed within %s", c.SilentDeadline),
+			timeout: c.SilentDeadline + silentSlack,
+			run:     func(ctx context.Context) outcome { return r.silentTunnel(ctx) }})
+	}
 	for _, u := range c.ExpectReachable {
 		proxied(probe{id: "expect/" + u, route: "positive control via proxy", target: u, expected: expReachable, timeout: 2 * c.Timeout,
 			run: func(ctx context.Context) outcome { return r.reachable(ctx, u) }})

@@ -1,14 +1,18 @@
 package selftest
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -46,6 +50,10 @@ const refusedByTarget = "a reset or port-unreachable came back: the packet reach
 // tcp connects directly; a connection or a reset is a leak.
 func (r *runner) tcp(ctx context.Context, ap netip.AddrPort) outcome {
 	c, err := r.c.Dial(ctx, "tcp", ap.String())
+	if err == nil && slices.Contains(r.c.Redirected, ap.Port()) {
+		defer c.Close()
+		return redirected(ctx, c, ap)
+	}
 	if err == nil {
 		c.Close()
 		return leak("connected", fmt.Sprintf("a direct TCP connection to %s succeeded: the walls let it out", ap))
@@ -207,4 +215,41 @@ func (r *runner) icmp(ctx context.Context, a netip.Addr) outcome {
 			}
 		}
 	}
+}
+
+// redirectProbeHost is the Host of a redirected HTTP probe; .invalid never
+// resolves (RFC 6761).
+const redirectProbeHost = "egressd-selftest-redirect.invalid"
+
+// redirected checks a direct connection the walls redirected to egressd's
+// transparent listener: egressd must refuse what goes over it.
+func redirected(ctx context.Context, c net.Conn, ap netip.AddrPort) outcome {
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	if ap.Port() == 443 {
+		tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true}) // no SNI: egressd refuses
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return pass("redirected to egressd, handshake refused")
+		}
+		return leak("TLS handshake completed", fmt.Sprintf("a direct TLS connection to %s without SNI completed a handshake: something other than egressd answered", ap))
+	}
+	// Host names nothing any policy allows: egressd (which takes the host
+	// from this header) refuses it whatever the rules; a target reached
+	// past the walls answers it.
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ap.String()+"/", nil)
+	req.Host = redirectProbeHost
+	req.Header.Set("Connection", "close")
+	if err := req.Write(c); err != nil {
+		return pass("redirected to egressd, closed")
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), req)
+	if err != nil {
+		return pass("redirected to egressd, closed")
+	}
+	resp.Body.Close()
+	if resp.Header.Get("X-Egressd-Deny") != "" {
+		return pass(fmt.Sprintf("redirected to egressd, refused %d %s", resp.StatusCode, resp.Header.Get("X-Egressd-Deny")))
+	}
+	return leak(fmt.Sprintf("HTTP %d", resp.StatusCode), fmt.Sprintf("a direct HTTP request to %s was answered without egressd's refusal: the target answered", ap))
 }

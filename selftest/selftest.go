@@ -51,6 +51,13 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // Config is everything a run needs. Zero-valued target lists skip their
 // probes; the socket hooks decide where the probes run.
 type Config struct {
+	// Redirected are the TCP ports the walls redirect to egressd's
+	// transparent listeners (80 and 443 in transparent mode): a direct
+	// connection to them reaches egressd, not the target, so it passes
+	// when egressd refuses what is sent over it (an HTTP request to port
+	// 80 gets X-Egressd-Deny; a TLS handshake without SNI to 443 fails),
+	// and leaks when the target answers.
+	Redirected []uint16
 	// TCP targets must not accept a direct connection (any public address
 	// and port: 443, 53, 80, 22, 25, high ports).
 	TCP []netip.AddrPort
@@ -106,6 +113,22 @@ type Config struct {
 	// the Host header HostTrickHost (an unlisted or metadata host): the
 	// proxy must refuse it rather than forward it. Either empty: skipped.
 	HostTrickURL, HostTrickHost string
+	// Own lists egressd's own listeners (admin endpoint, DNS) as host:port
+	// the proxy would dial: a request and a CONNECT to each through the
+	// proxy must be refused, whatever rule unlocks the address (egressd
+	// answers proxy-loop). Empty: skipped.
+	Own []string
+	// InspectHost is host:port of an inspected rule, and HeadBytes the
+	// proxy's limits.header_bytes: a request head of HeadBytes plus 64 KiB
+	// inside a tunnel to InspectHost must be refused (431). Either zero:
+	// skipped.
+	InspectHost string
+	HeadBytes   int
+	// SilentHost is host:port of an allowed rule: a tunnel to it that
+	// never sends a byte must be closed by the proxy within
+	// SilentDeadline (its handshake deadline). Either zero: skipped.
+	SilentHost     string
+	SilentDeadline time.Duration
 	// Refused are requests the policy refuses (publish and upload on each
 	// mirror rule, login, upload and posting on each page-type rule): each
 	// must get egressd's refusal.
@@ -212,7 +235,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 func (c *Config) check() error {
 	var errs []error
 	if c.Dial == nil {
-		errs = append(errs, errors.New("Dial is required"))
+		errs = append(errs, errors.New("selftest: Options.Dial is required"))
 	}
 	for _, u := range append(slices.Clip(c.ExpectReachable), c.CanaryURL, c.CanaryLog, c.HostTrickURL) {
 		if u == "" {

@@ -261,7 +261,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("got %v, want ErrConfig", err)
 	}
-	for _, want := range []string{"Dial is required", "ftp://x/", `refused request "a"`} {
+	for _, want := range []string{"Options.Dial is required", "ftp://x/", `refused request "a"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

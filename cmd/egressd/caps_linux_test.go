@@ -70,7 +70,7 @@ func TestServeUnderUnitCapabilities(t *testing.T) {
 			l.startServe(t)
 			code, body := l.readyz(t)
 			if code != tt.status || !strings.Contains(body, tt.want) {
-				t.Fatalf("/readyz: %d %q, want %d %q\n%s", code, body, tt.status, tt.want, l.serveLogs())
+				t.Fatalf("/readyz: %d %q, want %d %q\n%s", code, body, tt.status, tt.want, l.serve.logs.String())
 			}
 		})
 	}

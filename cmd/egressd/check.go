@@ -13,7 +13,7 @@ import (
 
 func init() { commands["check"] = cmdCheck }
 
-// checkResult is the --json output of check (DESIGN.md "Contracts").
+// checkResult is the --json output of check (docs/ARCHITECTURE.md "Contracts").
 type checkResult struct {
 	Decision   string `json:"decision"`
 	Rule       string `json:"rule"`

@@ -79,7 +79,11 @@ func TestScheduledSelftestIsNotHighRisk(t *testing.T) {
 		t.Errorf("the proxy dialed %s %s", network, address)
 		return errors.New("test: no upstream")
 	}
-	wireSelftest(&opt, t.TempDir())
+	// serve's self-test wiring, onto Options (for the listener and the
+	// dial guard above)
+	g := daemon.Gateway{Load: opt.Load, Logger: opt.Logger}
+	wireSelftest(&g, t.TempDir())
+	opt.Verify, opt.ProxyConfig.ReadyExempt = g.Verify, g.ReadyExempt
 	d, err := daemon.New(opt)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 // Command egressd is the egress checkpoint for AI-agent sandboxes: a
 // default-deny forward proxy, a filtering DNS resolver, nftables walls and a
 // self-test that proves no other way out exists. main only wires the
-// packages together; see README.md and DESIGN.md for the contracts.
+// packages together; see README.md and docs/ARCHITECTURE.md for the contracts.
 package main
 
 import (
@@ -16,7 +16,7 @@ import (
 	"github.com/egressd/egressd/sandbox"
 )
 
-// Exit codes shared by the subcommands (DESIGN.md "Contracts").
+// Exit codes shared by the subcommands (docs/ARCHITECTURE.md "Contracts").
 const (
 	exitOK    = 0 // allow / sealed / valid
 	exitDeny  = 1 // deny / leak

@@ -98,7 +98,7 @@ func TestInSandboxProbe(t *testing.T) {
 	code, out, errs := probeRun("--json", "--junit", filepath.Join(junit, "sealed.xml"))
 	rep := selftestJSON(t, out, errs)
 	if code != exitOK || !rep.Sealed() {
-		t.Fatalf("in-sandbox probe, sealed: exit %d, %s\n%s\n%s\n%s", code, rep.Outcome(), tableOf(rep), errs, l.serveLogs())
+		t.Fatalf("in-sandbox probe, sealed: exit %d, %s\n%s\n%s\n%s", code, rep.Outcome(), tableOf(rep), errs, l.serve.logs.String())
 	}
 	for _, want := range []string{"tcp/203.0.113.100:443", "metadata-proxy-", "http-canary", "expect/https://app.test/"} {
 		if !slices.ContainsFunc(rep.Results, func(r selftest.Result) bool { return strings.HasPrefix(r.ID, want) }) {
@@ -141,7 +141,7 @@ func TestInSandboxProbe(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	if logs := l.serveLogs(); !strings.Contains(logs, `"msg":"in-sandbox probe found a leak","component":"probe","identity":"sbx-a"`) {
+	if logs := l.serve.logs.String(); !strings.Contains(logs, `"msg":"in-sandbox probe found a leak","component":"probe","identity":"sbx-a"`) {
 		t.Errorf("serve did not log the sandbox's leak:\n%s", logs)
 	}
 	hist, err := selftest.ReadHistory(filepath.Join(l.state, selftest.HistoryFile))
@@ -166,7 +166,7 @@ func TestInSandboxProbe(t *testing.T) {
 	}
 	hb, _ := os.ReadFile(filepath.Join(l.state, selftest.HistoryFile))
 	for _, secret := range []string{keyBody, token} {
-		if strings.Contains(out, secret) || strings.Contains(string(hb), secret) || strings.Contains(l.serveLogs(), secret) {
+		if strings.Contains(out, secret) || strings.Contains(string(hb), secret) || strings.Contains(l.serve.logs.String(), secret) {
 			t.Errorf("a planted secret reached the report, the history or the logs")
 		}
 	}

@@ -65,13 +65,13 @@ func cmdSelftest(ctx context.Context, args []string, stdout, stderr io.Writer) i
 // the direct-route probes reported as not run, otherwise), append the run
 // to the history, and turn the report into the daemon's verdict. An
 // incomplete run is never a sealed one.
-func wireSelftest(opt *daemon.Options, stateDir string) {
+func wireSelftest(opt *daemon.Gateway, stateDir string) {
 	if opt.NoSelftest {
 		return
 	}
 	log := opt.Logger
 	walls := opt.Walls != nil
-	opt.ProxyConfig.ReadyExempt = probens.Conns.Has
+	opt.ReadyExempt = probens.Conns.Has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
 		rep, mode, err := runSelftest(ctx, p, stateDir, walls, false)
 		if err == nil {

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cmp"
+	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
@@ -110,7 +111,7 @@ func newSTLab(t *testing.T) *stLab {
 	h.Close()
 	l := &stLab{topo: topo, bin: buildEgressd(t), dir: t.TempDir()}
 	// nobody runs the binary and reads the config too
-	for _, d := range []string{filepath.Dir(l.bin), filepath.Dir(filepath.Dir(l.bin)), l.dir} {
+	for _, d := range []string{l.dir, filepath.Dir(l.dir)} { // t.TempDir's, ours; buildEgressd made the binary's readable
 		os.Chmod(d, 0o755)
 	}
 	l.state = filepath.Join(l.dir, "state")
@@ -156,8 +157,6 @@ func (l *stLab) startServe(t *testing.T, extra ...string) {
 	t.Cleanup(func() { nft.Down(l.topo.Gateway.Fd(), nft.DefaultTable) }) // the walls outlive serve by design
 	l.serve = startServeWrapped(t, l.topo, l.bin, l.wrap, cmp.Or(l.until, `"msg":"ready"`), append([]string{"--walls", "--walls-interval", "1h", "--config", l.cfg, "--state-dir", l.state}, extra...)...)
 }
-
-func (l *stLab) serveLogs() string { return l.serve.logs.String() }
 
 // readyz returns serve's readiness as the admin endpoint says it.
 func (l *stLab) readyz(t *testing.T) (int, string) {
@@ -296,7 +295,7 @@ func TestServeSelftest(t *testing.T) {
 	}
 	// ...the walls are the old ones, and the catalog is sealed again
 	p := mustPolicy(t, strings.NewReplacer("{CA}", "/dev/null", "{PREFIX}", l.topo.IfPrefix, "{EXTRA}", "").Replace(stConfig))
-	spec, err := wallSpec(p)
+	spec, err := daemon.WallSpec(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/egressd/egressd/audit"
-	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
 )
@@ -56,41 +55,29 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	var sink *audit.Sink
-	if *auditLog != "" {
-		if sink, err = audit.Open(*auditLog); err != nil {
-			fmt.Fprintf(stderr, "egressd: %v\n", err)
-			return exitUsage
-		}
-		defer sink.Close() // on early exits; Run's stop seals it and reports a failure
-		log = slog.New(sink.Handler(log.Handler()))
-	}
-	authority, err := ca.LoadOrCreate(filepath.Join(*stateDir, "ca"))
-	if err != nil {
-		fmt.Fprintf(stderr, "egressd: %v\n", err)
-		return exitUsage
-	}
-	opt := daemon.Options{
+	g := daemon.Gateway{
 		Load:            func() (*policy.Policy, error) { return loadPolicy(*cfg) },
 		Logger:          log,
-		CA:              authority,
+		StateDir:        *stateDir,
+		AuditLog:        *auditLog,
 		NoSelftest:      *noSelftest,
 		AllowUnverified: *allowUnverified,
-		Audit:           sink,
 		ProbeResult: func(r daemon.ProbeResult) error {
 			return selftest.AppendHistory(*stateDir, selftest.HistoryLine{Source: "probe", Mode: "sandbox", Identity: r.Identity, Report: r.Report})
 		},
 	}
 	if *walls {
-		wireWalls(&opt)
-		opt.WallsInterval = *wallsEvery
+		g.Walls = func(p *policy.Policy) (nft.Spec, error) { return daemon.WallSpec(p) }
+		g.WallsNS = nft.CurrentNamespace
+		g.WallsInterval = *wallsEvery
 	}
-	wireSelftest(&opt, *stateDir)
-	d, err := daemon.New(opt)
+	wireSelftest(&g, *stateDir)
+	d, err := daemon.NewGateway(g)
 	if err != nil {
 		fmt.Fprintf(stderr, "egressd: %v\n", err)
 		return exitUsage
 	}
+	defer d.Close() // the audit seal, after Run returns
 	go d.WatchReload(ctx, *cfg)
 	if err := d.Run(ctx, nil); err != nil {
 		fmt.Fprintf(stderr, "egressd: %v\n", err)

@@ -5,106 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/nft"
-	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/selftest/probens"
+	"github.com/egressd/egressd/runbox"
+	"github.com/egressd/egressd/sandbox"
 )
 
 func init() { commands["nft"] = cmdNft }
 
-// wallSpec renders the kernel walls for a policy: sandboxes (by interface
-// prefix, source CIDRs or uid) may reach only the proxy and DNS ports on
-// the addresses egressd listens on. extraGateways adds addresses (a
-// sandbox link's gateway end) to those of the listen keys.
-func wallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
-	s := nft.Spec{
-		IfPrefixes:  []string{p.Sandbox.InterfacePrefix},
-		SourceCIDRs: p.Sandbox.CIDRs,
-		UIDs:        p.Sandbox.UIDs,
-		HighRisk:    p.HighRiskPrefixes(),
-		Gateways:    extraGateways,
-	}
-	proxyAddr, proxyPort, err := probens.ListenAddr(p.Listen.Proxy)
-	if err != nil {
-		return s, fmt.Errorf("listen.proxy: %w", err)
-	}
-	s.ProxyPort = proxyPort
-	s.Gateways = appendAddr(s.Gateways, proxyAddr)
-	if p.Listen.DNS != "" {
-		dnsAddr, dnsPort, err := probens.ListenAddr(p.Listen.DNS)
-		if err != nil {
-			return s, fmt.Errorf("listen.dns: %w", err)
-		}
-		if dnsAddr != proxyAddr && len(extraGateways) == 0 {
-			return s, fmt.Errorf("listen.dns %s and listen.proxy %s must share an address for the walls", p.Listen.DNS, p.Listen.Proxy)
-		}
-		s.DNSPort = dnsPort
-	}
-	for _, tr := range []struct {
-		hp   string
-		from uint16
-	}{{p.Listen.Transparent, 443}, {p.Listen.TransparentHTTP, 80}} {
-		if tr.hp == "" {
-			continue
-		}
-		a, port, err := probens.ListenAddr(tr.hp)
-		if err != nil {
-			return s, fmt.Errorf("transparent listener: %w", err)
-		}
-		if a != proxyAddr {
-			return s, fmt.Errorf("transparent listener %s must share the proxy's address %s (the redirect targets the gateway)", tr.hp, proxyAddr)
-		}
-		s.Redirects = append(s.Redirects, nft.Redirect{From: tr.from, To: port})
-	}
-	if proxyAddr.IsUnspecified() && len(extraGateways) == 0 {
-		return s, errors.New("listen.proxy on an unspecified address: the walls need the concrete gateway address the sandboxes use")
-	}
-	return s, s.Validate()
-}
-
-// wireWalls makes serve own the walls: applied (only if they differ, so
-// counters survive) at start and on every reload, read back and repaired
-// on a timer.
-func wireWalls(opt *daemon.Options) {
-	ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {
-		s, err := wallSpec(p)
-		if err != nil {
-			return nil, err
-		}
-		return nft.Ensure(nft.CurrentNamespace, s)
-	}
-	opt.Walls = func(ctx context.Context, p *policy.Policy) error {
-		_, err := ensure(ctx, p)
-		return err
-	}
-	opt.WallsCheck = ensure
-	opt.Collectors = append(opt.Collectors, nft.NewCollector(nft.CurrentNamespace, nft.DefaultTable))
-}
-
-func appendAddr(l []netip.Addr, a netip.Addr) []netip.Addr {
-	for _, x := range l {
-		if x == a {
-			return l
-		}
-	}
-	if a.IsUnspecified() {
-		return l
-	}
-	return append(l, a)
-}
-
 func cmdNft(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: egressd nft apply|show|down [--config FILE]")
+		fmt.Fprintln(stderr, "usage: egressd nft apply|show|down [--all] [--config FILE]")
 		return exitUsage
 	}
 	verb := args[0]
 	fs := newFlagSet("nft "+verb, stderr)
 	cfg := configFlag(fs)
+	all := fs.Bool("all", false, "down: also remove the tables, links, namespaces and temp dirs of `egressd run`s that died (live runs are listed, not touched)")
 	if pos, err := parseFlags(fs, args[1:]); err != nil || len(pos) > 0 {
 		return exitUsage
 	}
@@ -119,7 +38,7 @@ func cmdNft(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			printConfigError(stderr, err)
 			return exitUsage
 		}
-		s, err := wallSpec(p)
+		s, err := daemon.WallSpec(p)
 		if err != nil {
 			fmt.Fprintf(stderr, "egressd nft apply: %v\n", err)
 			return exitUsage
@@ -137,6 +56,9 @@ func cmdNft(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		io.WriteString(stdout, text)
 	case "down":
+		if *all {
+			return nftDownAll(*cfg, stdout, stderr)
+		}
 		if err := nft.Down(nft.CurrentNamespace, nft.DefaultTable); err != nil {
 			fmt.Fprintf(stderr, "egressd nft down: %v\n", err)
 			return exitUsage
@@ -147,4 +69,43 @@ func cmdNft(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return exitOK
+}
+
+// nftDownAll removes every table egressd owns here: inet egressd and the
+// leftovers of dead runs (inet egressd-run-N with its link, namespace and
+// temp dir). A live run keeps its table; it is listed.
+func nftDownAll(cfg string, stdout, stderr io.Writer) int {
+	p, err := loadPolicy(cfg)
+	if err != nil {
+		printConfigError(stderr, err)
+		return exitUsage
+	}
+	gw, err := sandbox.Current()
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd nft down: %v\n", err)
+		return exitUsage
+	}
+	defer gw.Close()
+	code := exitOK
+	sw, err := runbox.Sweep(gw, runbox.DefaultRunDir, p.Sandbox.InterfacePrefix, true)
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd nft down --all: %v\n", err)
+		code = exitUsage
+	}
+	if err := nft.Down(nft.CurrentNamespace, nft.DefaultTable); err == nil {
+		sw.Removed = append(sw.Removed, "table inet "+nft.DefaultTable)
+	} else if !errors.Is(err, nft.ErrNoTable) {
+		fmt.Fprintf(stderr, "egressd nft down --all: %v\n", err)
+		code = exitUsage
+	}
+	for _, r := range sw.Removed {
+		fmt.Fprintf(stdout, "removed %s\n", r)
+	}
+	for _, l := range sw.Live {
+		fmt.Fprintf(stdout, "kept table inet %s: the run is alive (stop it; its teardown removes the table)\n", l)
+	}
+	if len(sw.Removed) == 0 && len(sw.Live) == 0 {
+		fmt.Fprintln(stdout, "no egressd tables here")
+	}
+	return code
 }

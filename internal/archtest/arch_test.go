@@ -27,7 +27,9 @@ const anyPackage = "*"
 //     sandbox, selftest, event (the decision record's schema);
 //   - audit, on event;
 //   - the data path: proxy and dnsfilter, on policy (proxy also on event);
-//   - daemon, the lifecycle around them;
+//   - daemon, the lifecycle around them and the one gateway builder
+//     (proxy, DNS filter, walls, audit) serve and run share;
+//   - runbox, `egressd run`'s sandbox around a daemon gateway;
 //   - cmd/egressd and bench, which only wire: anything above.
 //
 // internal/testnet and internal/testutil are for tests only: no production
@@ -44,10 +46,11 @@ var allowed = map[string][]string{
 	"event":           {},
 	"proxy":           {"policy", "event"},
 	"dnsfilter":       {"policy"},
-	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "selftest", "selftest/plan"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan"},
+	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox"},
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
-	"selftest/plan":    {"policy", "selftest"},
+	"selftest/plan":    {"policy", "proxy", "selftest"},
 	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
 	"selftest/probe":   {"selftest"},
 	"report":           {"event", "nft", "policy", "selftest"},
@@ -221,5 +224,40 @@ func TestPackageDocs(t *testing.T) {
 		if !strings.HasPrefix(p.Doc, "Package "+p.Name) && !(p.Name == "main" && strings.HasPrefix(p.Doc, "Command ")) {
 			t.Errorf("%s: package doc %q must start with \"Package %s\"", p.Rel, p.Doc, p.Name)
 		}
+	}
+}
+
+// TestDocsPackageMap: docs/ARCHITECTURE.md's package map names exactly the
+// packages of the module, so the map a newcomer reads first cannot drift
+// from the tree.
+func TestDocsPackageMap(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "docs", "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "## Package map")
+	if !ok {
+		t.Fatal("docs/ARCHITECTURE.md has no \"## Package map\" section")
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	mapped := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 2 {
+			if name := strings.Trim(strings.TrimSpace(cells[1]), "`"); name != "" && name != "package" && !strings.HasPrefix(name, "---") {
+				mapped[name] = true
+			}
+		}
+	}
+	for _, p := range listPackages(t) {
+		if p.Rel == "" {
+			continue
+		}
+		if !mapped[p.Rel] {
+			t.Errorf("package %s is not in docs/ARCHITECTURE.md's package map: add a row saying its one job", p.Rel)
+		}
+		delete(mapped, p.Rel)
+	}
+	for name := range mapped {
+		t.Errorf("docs/ARCHITECTURE.md's package map names %s, which is not a package of the module", name)
 	}
 }

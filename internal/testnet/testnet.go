@@ -296,7 +296,7 @@ func (t *Topo) build() error {
 	if err != nil {
 		return fmt.Errorf("netlink in %s: %w", t.Gateway, err)
 	}
-	defer hg.Delete()
+	defer hg.Close()
 	routes := []*netlink.Route{
 		{LinkIndex: t.Uplink.GatewayIndex, Gw: InternetAddr4.AsSlice()},
 		{LinkIndex: t.Uplink.GatewayIndex, Gw: InternetAddr6.AsSlice()},

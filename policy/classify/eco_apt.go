@@ -30,7 +30,7 @@ func aptKnownWrites(_ *Request, p *pgPath, _ *pgQuery, safe bool) (PageType, str
 	return PageRead, ""
 }
 
-// apt (A.7): <root>/dists/<suite>/... and <root>/pool/<component>/<prefix>/<source>/<file>.
+// apt: <root>/dists/<suite>/... and <root>/pool/<component>/<prefix>/<source>/<file>.
 // The root is up to three segments (debian, ubuntu, debian-security,
 // ubuntu-ports ...). apt sends no query and no write.
 
@@ -97,7 +97,7 @@ func aptDists(s []string) bool {
 }
 
 // aptPool accepts <component>[/<component>]/<prefix>/<source>/<file>, where
-// prefix is the source's first letter or "lib" plus one (A.7).
+// prefix is the source's first letter or "lib" plus one.
 func aptPool(s []string) bool {
 	n := len(s)
 	if n < 4 || n > 5 {

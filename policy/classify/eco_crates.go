@@ -30,7 +30,7 @@ func cratesKnownWrites(r *Request, p *pgPath, _ *pgQuery, safe bool) (PageType, 
 	return PageRead, ""
 }
 
-// crates.io (A.3): the sparse index with prefix directories that must match
+// crates.io: the sparse index with prefix directories that must match
 // the name, static.crates.io files (/crates/<name>/<version>/download is
 // what cargo fetches; <name>-<version>.crate is the documented file), and
 // the API download redirect.

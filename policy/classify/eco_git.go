@@ -29,7 +29,7 @@ func gitKnownWrites(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, str
 	return PageRead, ""
 }
 
-// Git smart HTTP and LFS (A.9). The repository path is free (owner/repo,
+// Git smart HTTP and LFS. The repository path is free (owner/repo,
 // GitLab subgroups); what follows it decides.
 
 func checkGit(c *mirrorCheck) MirrorVerdict {
@@ -99,7 +99,7 @@ func checkGit(c *mirrorCheck) MirrorVerdict {
 }
 
 // gitRefsQuery allows exactly service=git-upload-pack. The same GET with
-// service=git-receive-pack is the first request of every push (A.0(3)).
+// service=git-receive-pack is the first request of every push.
 func gitRefsQuery(q string) string {
 	if q == "service=git-upload-pack" {
 		return ""
@@ -136,7 +136,7 @@ func gitPost(c *mirrorCheck, ctype string, bodyCap int64) MirrorVerdict {
 // checkGitBody checks the body of the requests checkGit allowed with
 // BodyCap > 0: a git-upload-pack body must be pkt-lines of a fetch,
 // ls-refs or object-info request; an LFS batch must say
-// "operation":"download" (A.9: the URL is the same both ways, the body
+// "operation":"download" (the URL is the same both ways, the body
 // decides).
 func checkGitBody(r *Request, body []byte) (ok bool, reason string) {
 	switch {

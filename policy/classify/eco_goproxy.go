@@ -20,7 +20,7 @@ func goproxyKnownWrites(_ *Request, p *pgPath, _ *pgQuery, safe bool) (PageType,
 	return PageRead, ""
 }
 
-// Go module proxy (A.6): /<module>/@v/list, /@v/<version>.info|.mod|.zip,
+// Go module proxy: /<module>/@v/list, /@v/<version>.info|.mod|.zip,
 // /@latest, and the checksum database, direct or under /sumdb/<host>/.
 // Paths are case-encoded ("!b" for "B"), so only lower case is valid. The
 // protocol has no query and no write.
@@ -159,7 +159,7 @@ func goBangsOK(s string) bool {
 }
 
 // isGoVersion accepts v<semver> with a case-encoded tail. Branch and commit
-// queries (@v/master.info) are denied: A.6 keeps the version free of text.
+// queries (@v/master.info) are denied: the version must not carry free text.
 func isGoVersion(v string) bool {
 	if len(v) < 6 || v[0] != 'v' || len(v) > 128 {
 		return false

@@ -34,7 +34,7 @@ func mavenKnownWrites(_ *Request, p *pgPath, _ *pgQuery, safe bool) (PageType, s
 	return PageRead, ""
 }
 
-// Maven (A.5): <group path>/<artifact>/<version>/<artifact>-<version>[-<classifier>].<ext>
+// Maven: <group path>/<artifact>/<version>/<artifact>-<version>[-<classifier>].<ext>
 // and maven-metadata.xml with checksums. Deploy PUTs to the very same paths,
 // so the method is the only difference. The repository root ("/maven2/",
 // "/repository/releases/") is part of the group path as far as the grammar

@@ -32,7 +32,7 @@ func npmKnownWrites(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, str
 	return PageRead, ""
 }
 
-// npm (A.2): packuments, version manifests, tarballs whose file name repeats
+// npm: packuments, version manifests, tarballs whose file name repeats
 // the package name, and the dist-tags read. Every other /-/ endpoint is a
 // login, token, audit or admin call.
 
@@ -45,7 +45,7 @@ func checkNPM(c *mirrorCheck) MirrorVerdict {
 		return checkNPMDash(c, s)
 	}
 	// The npm CLI sends ?write=true only before it PUTs the document back
-	// (publish retry, deprecate, owner, dist-tag): A.0(3).
+	// (publish retry, deprecate, owner, dist-tag).
 	for q := c.r.Query; q != ""; {
 		var k string
 		k, _, q = cutParam(q)
@@ -150,14 +150,14 @@ func npmPackage(s []string) (name string, rest []string, ok bool) {
 	return s[1], s[2:], true
 }
 
-// isNPMName accepts [A-Za-z0-9~-][A-Za-z0-9._~-]*. A.2 allows lower case
+// isNPMName accepts [A-Za-z0-9~-][A-Za-z0-9._~-]*. The registry allows lower case
 // only; legacy names such as JSONStream still carry capitals.
 func isNPMName(s string, max int) bool {
 	return csNPMName.span(s, max) && s[0] != '.' && s[0] != '_'
 }
 
-// npmTarball checks <name>-<version>.tgz for the package <name> (A.12:
-// the file name adds no free text).
+// npmTarball checks <name>-<version>.tgz for the package <name>: the file
+// name adds no free text.
 func npmTarball(file, name string) bool {
 	v, ok := strings.CutPrefix(file, name)
 	if !ok || len(v) < 2 || v[0] != '-' {

@@ -33,7 +33,7 @@ func ociKnownWrites(_ *Request, p *pgPath, q *pgQuery, safe bool) (PageType, str
 	return PageRead, ""
 }
 
-// OCI distribution (A.8): /v2/ ping, manifests and blobs by reference,
+// OCI distribution: /v2/ ping, manifests and blobs by reference,
 // tags/list, referrers, and the token endpoint with pull-only scope. Writes
 // are named after the spec's endpoint table (end-4 ... end-13).
 
@@ -99,7 +99,7 @@ func checkOCI(c *mirrorCheck) MirrorVerdict {
 	return mdeny("oci: path outside download grammar")
 }
 
-// checkOCIToken allows GET /token with pull-only scopes (A.0(3), A.8): a
+// checkOCIToken allows GET /token with pull-only scopes: a
 // push scope or offline_token asks for a credential a pull never needs.
 func checkOCIToken(c *mirrorCheck) MirrorVerdict {
 	if !c.read {

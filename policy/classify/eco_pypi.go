@@ -24,7 +24,7 @@ func pypiKnownWrites(r *Request, p *pgPath, _ *pgQuery, safe bool) (PageType, st
 	return PageRead, ""
 }
 
-// PyPI (A.1): /simple/ and /simple/<normalized>/, the JSON API, and
+// PyPI: /simple/ and /simple/<normalized>/, the JSON API, and
 // files.pythonhosted.org/packages/<2hex>/<2hex>/<60hex>/<file>. Grammars
 // do not look at Host: one rule may cover both hosts, and a /packages/ path
 // sent to pypi.org is merely a 404.

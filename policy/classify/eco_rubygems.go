@@ -31,7 +31,7 @@ func rubygemsKnownWrites(r *Request, p *pgPath, _ *pgQuery, safe bool) (PageType
 	return PageRead, ""
 }
 
-// RubyGems (A.4): compact index, gem files, the legacy full index and the
+// RubyGems: compact index, gem files, the legacy full index and the
 // Bundler dependency API. GET /api/v1/api_key returns the account's key.
 
 func checkRubyGems(c *mirrorCheck) MirrorVerdict {

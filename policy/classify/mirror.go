@@ -4,18 +4,18 @@ import (
 	"strings"
 )
 
-// Download-only mirror grammars (DESIGN.md step 4). A mirror rule lets a
+// Download-only mirror grammars (decision step 4 in README.md). A mirror rule lets a
 // package client fetch and nothing else: GET and HEAD only, except the reads
 // a protocol makes with POST (git-upload-pack, an LFS batch download); the
 // path must fit the ecosystem's download grammar; query strings are denied
 // except the few forms a client sends; URL and query length are capped. The
-// grammars and their traps are in shared/research/MIRRORS-PAGETYPES.md part A;
-// comments below cite its sections (A.1 ... A.12).
+// grammars, one per eco_<name>.go, are summarised in README's "Download-only
+// mirrors" table; the traps each guards against are named where it checks them.
 //
 // Paths are checked as sent on the wire: percent-escapes are decoded once and
 // the decoded path is what the grammar sees. An escape that decodes to '/',
 // '%', '\', or a control byte is denied (the one exception: npm's "@scope%2f"),
-// as are dot-segments, empty segments and ';' (A.12).
+// as are dot-segments, empty segments and ';'.
 
 // MirrorOptions tunes a mirror rule; the zero value means the defaults.
 type MirrorOptions struct {
@@ -24,10 +24,10 @@ type MirrorOptions struct {
 	// prefix also allows every module below it. Empty allows any module. It
 	// bounds /<module>/@v/..., /<module>/@latest and checksum-database
 	// lookups: on a cache miss the proxy and the sumdb fetch the module
-	// from its own origin, which would carry the path to that host (A.6).
+	// from its own origin, which would carry the path to that host.
 	// An empty entry matches nothing.
 	ModulePrefixes []string
-	// MaxURL caps len(Path)+len(Query); 0 means 1024 (A.12: real download
+	// MaxURL caps len(Path)+len(Query); 0 means 1024 (real download
 	// paths stay under about 250 bytes; npm's longest scoped tarball path is
 	// about 450).
 	MaxURL int
@@ -36,7 +36,7 @@ type MirrorOptions struct {
 	// RubyGems dependencies); 0 means the ecosystem's default. Grammars with
 	// no query form deny any query whatever MaxQuery says. For generic,
 	// MaxQuery > 0 allows any query of URL-safe bytes up to that length
-	// (for signed CDN redirect targets, A.8); 0 allows none.
+	// (for signed CDN redirect targets); 0 allows none.
 	MaxQuery int
 }
 
@@ -59,7 +59,7 @@ const (
 	maxMirrorSegs = 32
 
 	// uploadPackBodyCap bounds a git-upload-pack request: negotiation
-	// bodies are KB to low MB (A.9). uploadPackInflatedCap bounds the same
+	// bodies are KB to low MB. uploadPackInflatedCap bounds the same
 	// body after gzip, which git applies to bodies over 1 KiB.
 	uploadPackBodyCap     = 1 << 20
 	uploadPackInflatedCap = 4 << 20
@@ -187,7 +187,7 @@ var queryChars = mkCharset("A-Za-z0-9-._~!$&'()*+,=:@/?%")
 
 // parse decodes and splits raw into p. npmScope lets one escaped slash
 // separate scope and name in "/@scope%2fname" and
-// "/-/package/@scope%2fname" (A.2).
+// "/-/package/@scope%2fname".
 func (p *mirrorPath) parse(raw string, npmScope bool) string {
 	if raw == "" || raw[0] != '/' {
 		return "mirror: path must start with /"
@@ -244,7 +244,7 @@ func (p *mirrorPath) parse(raw string, npmScope bool) string {
 
 // unescapePath decodes every escape in raw once. It denies escapes that
 // would change the path's structure or hide bytes a server might treat
-// specially (A.12): '/', '\', '%' (double encoding) and controls.
+// specially: '/', '\', '%' (double encoding) and controls.
 func unescapePath(raw string, npmScope bool) (string, string) {
 	var b strings.Builder
 	b.Grow(len(raw))
@@ -392,7 +392,6 @@ var (
 	csOCIMedia   = mkCharset("A-Za-z0-9.+/_-")
 	csOCIWord    = mkCharset("A-Za-z0-9._@:-")
 	csGitSeg     = mkCharset("A-Za-z0-9._~-")
-	csPrintable  = mkCharset("!-~")
 )
 
 // isLowerHex reports whether s is exactly n lower-case hex digits.

@@ -1,6 +1,6 @@
 package classify
 
-// Page types (DESIGN.md step 4; research/MIRRORS-PAGETYPES.md §B.2): one
+// Page types (decision step 4 in README.md, "Page types"): one
 // PageType per request, from method, path, query, Content-Type and host,
 // plus the id of the signal that decided it.
 //

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/selftest"
 )
 
@@ -91,6 +92,18 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 		}
 	}
 	c.Refused = refusedRequests(p)
+	c.Own = ownListeners(p)
+	c.InspectHost, c.HeadBytes = inspectHost(p), p.Limits.HeaderBytes
+	c.SilentHost, c.SilentDeadline = cmp.Or(c.InspectHost, c.SNIHost), proxy.HelloTimeout
+	// In transparent mode the walls send sandbox TCP 443 and 80 to
+	// egressd: a direct probe there must find egressd refusing, not fail
+	// for having connected.
+	if p.Listen.Transparent != "" {
+		c.Redirected = append(c.Redirected, 443)
+	}
+	if p.Listen.TransparentHTTP != "" {
+		c.Redirected = append(c.Redirected, 80)
+	}
 	// every identity's canary token, for the canary-log probe
 	if strings.Contains(st.CanaryName+st.CanaryURL, policy.CanaryToken) {
 		c.CanaryTokens = map[string]string{policy.SelftestIdentity: CanaryToken(policy.SelftestIdentity)}
@@ -277,4 +290,41 @@ func headerBudgetProbe(p *policy.Policy, r *policy.Rule, base string) (selftest.
 	}
 	return selftest.Request{ID: "header-budget/" + r.Name, Route: fmt.Sprintf("proxy: headers over limits.read_head_bytes on rule %s", r.Name),
 		Method: "GET", URL: raw, Header: hdr, Reason: policy.ReasonHeaderBudget.String()}, true
+}
+
+// ownListeners are egressd's admin and DNS listeners as the proxy would
+// dial them (an unspecified bind: loopback): none may be reachable through
+// the proxy.
+func ownListeners(p *policy.Policy) []string {
+	var out []string
+	for _, a := range []string{p.Listen.Admin, p.Listen.DNS} {
+		h, port, err := net.SplitHostPort(a)
+		if err != nil || port == "0" {
+			continue
+		}
+		if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
+			h = "127.0.0.1"
+		}
+		out = append(out, net.JoinHostPort(h, port))
+	}
+	return out
+}
+
+// inspectHost picks host:port of an inspected rule on 443 (the first exact
+// host), for the inner head-limit probe; "" when the policy has none.
+func inspectHost(p *policy.Policy) string {
+	for _, r := range p.Rules {
+		h := ruleHost(r)
+		if h == "" || !r.AllowsPort(443) {
+			continue
+		}
+		t, err := policy.ParseAuthority(h + ":443")
+		if err != nil {
+			continue
+		}
+		if d := p.DecideTarget(&t); d.Allow && d.Inspect {
+			return h + ":443"
+		}
+	}
+	return ""
 }

@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -250,14 +249,27 @@ func Open(p *policy.Policy, namespace bool) (*Env, error) {
 		closeNS()
 		return nil, err
 	}
+	e := NSEnv(ns)
+	e.close = func() {
+		// Now, rather than when the kernel gets round to the dead
+		// namespace, so the next run finds the slot free.
+		link.Delete()
+		closeNS()
+	}
+	// The proxy and the resolver as a sandbox on this link sees them. One
+	// listening on loopback only is out of every sandbox's reach: its
+	// probes then run from here, over loopback.
+	e.proxy, e.proxyDial = seenFrom(proxyAP, link, e.dial, local)
+	e.dns, e.dnsDial = seenFrom(dnsAP, link, e.dial, local)
+	return e, nil
+}
+
+// NSEnv is a probe environment whose every socket is created in ns (a
+// probe namespace, or an `egressd run` sandbox itself); proxy and DNS are
+// reached from ns too, at the addresses SetTargets gives.
+func NSEnv(ns *sandbox.NS) *Env {
 	d := &sandbox.Dialer{NS: ns}
-	e := &Env{Mode: ModeNamespace, dial: d.DialContext,
-		close: func() {
-			// Now, rather than when the kernel gets round to the dead
-			// namespace, so the next run finds the slot free.
-			link.Delete()
-			closeNS()
-		},
+	e := &Env{Mode: ModeNamespace, dial: d.DialContext, close: func() {},
 		listenICMP: func(network string) (net.PacketConn, error) {
 			var pc net.PacketConn
 			err := sandbox.Do(ns, func() error {
@@ -268,12 +280,14 @@ func Open(p *policy.Policy, namespace bool) (*Env, error) {
 			})
 			return pc, err
 		}}
-	// The proxy and the resolver as a sandbox on this link sees them. One
-	// listening on loopback only is out of every sandbox's reach: its
-	// probes then run from here, over loopback.
-	e.proxy, e.proxyDial = seenFrom(proxyAP, link, d.DialContext, local)
-	e.dns, e.dnsDial = seenFrom(dnsAP, link, d.DialContext, local)
-	return e, nil
+	return e
+}
+
+// InNS points the environment's proxy and resolver at addresses reached
+// from its own namespace (a sandbox's view of its gateway).
+func (e *Env) InNS(proxyAP, dnsAP netip.AddrPort) {
+	e.proxy, e.proxyDial = proxyAP, e.dial
+	e.dns, e.dnsDial = dnsAP, e.dial
 }
 
 // wireProbeLink wires the probe namespace on one of the last slots of the
@@ -349,30 +363,9 @@ func loopbackDialer() selftest.DialFunc {
 }
 
 func listenAddrPort(hp string) (netip.AddrPort, error) {
-	a, port, err := ListenAddr(hp)
+	a, port, err := daemon.ListenAddr(hp)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
 	return netip.AddrPortFrom(a, port), nil
-}
-
-// ListenAddr parses a listen address the walls and the probes need
-// concrete: a fixed port, and an address ("" host: 0.0.0.0).
-func ListenAddr(hp string) (netip.Addr, uint16, error) {
-	h, ps, err := net.SplitHostPort(hp)
-	if err != nil {
-		return netip.Addr{}, 0, err
-	}
-	port, err := strconv.ParseUint(ps, 10, 16)
-	if err != nil || port == 0 {
-		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need a fixed port", hp)
-	}
-	if h == "" {
-		return netip.IPv4Unspecified(), uint16(port), nil
-	}
-	a, err := netip.ParseAddr(h)
-	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need an address", hp)
-	}
-	return a.Unmap(), uint16(port), nil
 }

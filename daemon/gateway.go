@@ -1,0 +1,200 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/egressd/egressd/audit"
+	"github.com/egressd/egressd/ca"
+	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/policy"
+)
+
+// Gateway is everything `egressd serve` and `egressd run` build a gateway
+// from. Both go through [NewGateway], so a config key one honours the
+// other honours too: the proxy (upstream_ca, limits, identities, rules),
+// the DNS filter, the walls, the self-test, the audit chain and the
+// metrics are assembled here and nowhere else.
+type Gateway struct {
+	// Load reads the config; Logger receives egressd's own log lines and
+	// every decision line.
+	Load   func() (*policy.Policy, error)
+	Logger *slog.Logger
+	// StateDir holds the CA (StateDir/ca, created on first use).
+	StateDir string
+	// AuditLog, when set, also appends every decision to this file as a
+	// hash-chained line; Close seals it.
+	AuditLog string
+	// Walls maps a policy to the kernel walls this gateway owns, applied
+	// in WallsNS (nft.CurrentNamespace: this one) at start and on every
+	// reload and read back every WallsInterval; nil: no walls managed.
+	Walls         func(*policy.Policy) (nft.Spec, error)
+	WallsNS       int
+	WallsInterval time.Duration
+	// Verify, NoSelftest and ReadyExempt wire the self-test (see Options).
+	Verify      func(ctx context.Context, p *policy.Policy) Verdict
+	NoSelftest  bool
+	ReadyExempt func(remote netip.AddrPort) bool
+	Booted      func(Verdict)
+	// AllowUnverified and ProbeResult: see Options.
+	AllowUnverified bool
+	ProbeResult     func(ProbeResult) error
+}
+
+// GatewayDaemon is a daemon built by NewGateway; Close releases what the
+// builder opened (the audit log's seal; Run's stop seals it already, Close
+// covers an early exit).
+type GatewayDaemon struct {
+	*Daemon
+	sink *audit.Sink
+}
+
+// Close seals the audit log, if any.
+func (g *GatewayDaemon) Close() error {
+	if g.sink == nil {
+		return nil
+	}
+	return g.sink.Close()
+}
+
+// NewGateway builds the daemon for g.
+func NewGateway(g Gateway) (*GatewayDaemon, error) {
+	if g.Logger == nil || g.Load == nil {
+		return nil, errors.New("gateway: Load and Logger are required")
+	}
+	out := &GatewayDaemon{}
+	log := g.Logger
+	if g.AuditLog != "" {
+		sink, err := audit.Open(g.AuditLog)
+		if err != nil {
+			return nil, err
+		}
+		out.sink = sink
+		log = slog.New(sink.Handler(log.Handler()))
+	}
+	fail := func(err error) (*GatewayDaemon, error) {
+		out.Close()
+		return nil, err
+	}
+	authority, err := ca.LoadOrCreate(filepath.Join(g.StateDir, "ca"))
+	if err != nil {
+		return fail(err)
+	}
+	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink,
+		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult}
+	opt.ProxyConfig.ReadyExempt = g.ReadyExempt
+	if g.Walls != nil {
+		ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {
+			s, err := g.Walls(p)
+			if err != nil {
+				return nil, err
+			}
+			return nft.Ensure(g.WallsNS, s)
+		}
+		opt.Walls = func(ctx context.Context, p *policy.Policy) error {
+			_, err := ensure(ctx, p)
+			return err
+		}
+		opt.WallsCheck = ensure
+		opt.WallsInterval = g.WallsInterval
+		// the walls' counters on /metrics (the default table: serve's)
+		opt.Collectors = append(opt.Collectors, nft.NewCollector(g.WallsNS, nft.DefaultTable))
+	}
+	d, err := New(opt)
+	if err != nil {
+		return fail(err)
+	}
+	out.Daemon = d
+	return out, nil
+}
+
+// WallSpec renders the kernel walls for a policy: sandboxes (by interface
+// prefix, source CIDRs or uid) may reach only the proxy and DNS ports on
+// the addresses egressd listens on (and the transparent listeners, to
+// which TCP 443 and 80 are redirected). extraGateways adds addresses (a
+// sandbox link's gateway end) to those of the listen keys.
+func WallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
+	s := nft.Spec{
+		IfPrefixes:  []string{p.Sandbox.InterfacePrefix},
+		SourceCIDRs: p.Sandbox.CIDRs,
+		UIDs:        p.Sandbox.UIDs,
+		HighRisk:    p.HighRiskPrefixes(),
+		Gateways:    extraGateways,
+	}
+	proxyAddr, proxyPort, err := ListenAddr(p.Listen.Proxy)
+	if err != nil {
+		return s, fmt.Errorf("listen.proxy: %w", err)
+	}
+	s.ProxyPort = proxyPort
+	s.Gateways = appendAddr(s.Gateways, proxyAddr)
+	if p.Listen.DNS != "" {
+		dnsAddr, dnsPort, err := ListenAddr(p.Listen.DNS)
+		if err != nil {
+			return s, fmt.Errorf("listen.dns: %w", err)
+		}
+		if dnsAddr != proxyAddr && len(extraGateways) == 0 {
+			return s, fmt.Errorf("listen.dns %s and listen.proxy %s must share an address for the walls", p.Listen.DNS, p.Listen.Proxy)
+		}
+		s.DNSPort = dnsPort
+	}
+	for _, tr := range []struct {
+		hp   string
+		from uint16
+	}{{p.Listen.Transparent, 443}, {p.Listen.TransparentHTTP, 80}} {
+		if tr.hp == "" {
+			continue
+		}
+		a, port, err := ListenAddr(tr.hp)
+		if err != nil {
+			return s, fmt.Errorf("transparent listener: %w", err)
+		}
+		if a != proxyAddr {
+			return s, fmt.Errorf("transparent listener %s must share the proxy's address %s (the redirect targets the gateway)", tr.hp, proxyAddr)
+		}
+		s.Redirects = append(s.Redirects, nft.Redirect{From: tr.from, To: port})
+	}
+	if proxyAddr.IsUnspecified() && len(extraGateways) == 0 {
+		return s, errors.New("listen.proxy on an unspecified address: the walls need the concrete gateway address the sandboxes use")
+	}
+	return s, s.Validate()
+}
+
+// ListenAddr splits a listen key ("addr:port") into the address and the
+// fixed port the walls need; an empty host is the IPv4 unspecified address.
+func ListenAddr(hp string) (netip.Addr, uint16, error) {
+	h, ps, err := net.SplitHostPort(hp)
+	if err != nil {
+		return netip.Addr{}, 0, err
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || port == 0 {
+		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need a fixed port", hp)
+	}
+	if h == "" {
+		return netip.IPv4Unspecified(), uint16(port), nil
+	}
+	a, err := netip.ParseAddr(h)
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need an address", hp)
+	}
+	return a.Unmap(), uint16(port), nil
+}
+
+func appendAddr(l []netip.Addr, a netip.Addr) []netip.Addr {
+	for _, x := range l {
+		if x == a {
+			return l
+		}
+	}
+	if a.IsUnspecified() {
+		return l
+	}
+	return append(l, a)
+}

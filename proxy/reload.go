@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// redecideTunnels decides every open tunnel again under p, as a new
+// CONNECT to the same target would be, and closes those p no longer
+// allows, logging each as a denial with the new reason. A spliced tunnel
+// must also still be allowed to reach the address it reached, and a tunnel
+// whose mode changed (spliced ↔ inspected) is closed: a spliced tunnel
+// cannot start being inspected, and the client reconnects under the new
+// rule. Inspected tunnels also re-decide each request as it comes.
+func (x *Proxy) redecideTunnels(p *policy.Policy) {
+	for c, rq := range x.ids.openTunnels() {
+		t := rq.target
+		d := p.DecideTarget(&t)
+		reason, detail := policy.ReasonAllowed, ""
+		switch {
+		case !d.Allow:
+			reason, detail = d.Reason, "closed on reload: the new policy denies this tunnel"
+		case d.Inspect != rq.d.Inspect:
+			reason, detail = policy.ReasonReload, fmt.Sprintf("closed on reload: the tunnel's rule is now %s", mode(d.Inspect))
+		case rq.upAddr.IsValid():
+			if ok, info := p.CheckAddr(d.Rule, rq.upAddr.Addr()); !ok {
+				reason, detail = policy.ReasonSpecialAddr, fmt.Sprintf("closed on reload: %s (%s) is not allowed by the new policy", rq.upAddr.Addr(), info.Class)
+				if info.Class == policy.ClassHighRisk {
+					reason = policy.ReasonHighRisk
+				}
+			}
+		}
+		if reason == policy.ReasonAllowed {
+			continue
+		}
+		x.cutTunnel(c, rq, reason, detail)
+	}
+}
+
+func mode(inspect bool) string {
+	if inspect {
+		return "inspected"
+	}
+	return "host-only (spliced)"
+}
+
+// cutTunnel closes an open tunnel egressd no longer allows. A spliced
+// tunnel logs its end as a denial with this reason (and its byte counts);
+// an inspected one is logged here.
+func (x *Proxy) cutTunnel(c net.Conn, rq *request, reason policy.Reason, detail string) {
+	rq.cutBy.Store(&cutInfo{reason, detail})
+	if rq.d.Inspect {
+		lr := &request{start: rq.start, identity: rq.identity, source: rq.source, probe: rq.probe, target: rq.target, d: rq.d, method: rq.method}
+		lr.d.Allow = false
+		x.logDecisionReason(context.Background(), lr, 0, reason, detail, 0, 0)
+	}
+	c.Close()
+}
+
+// cutInfo is why egressd closed an open tunnel.
+type cutInfo struct {
+	reason policy.Reason
+	detail string
+}

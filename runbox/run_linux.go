@@ -1,0 +1,293 @@
+package runbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/egressd/egressd/ca"
+	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/sandbox"
+)
+
+// box is one run's resources, torn down in the order that keeps the
+// sandbox sealed: its processes, then its link, then its namespace, then
+// the gateway, and only then its wall table.
+type box struct {
+	log    *slog.Logger
+	gw     *sandbox.NS
+	name   string
+	sbx    *sandbox.NS
+	link   *sandbox.Link
+	table  string
+	tmp    string
+	record string // path of the run record
+	cmd    *exec.Cmd
+	waitc  chan error
+	stop   func() // stops the gateway and waits for it
+	walled bool
+	done   func() // last: the exit summary
+}
+
+func (b *box) teardown() {
+	defer b.gw.Close()
+	if b.done != nil {
+		defer b.done()
+	}
+	if b.cmd != nil && b.waitc != nil {
+		// The PID namespace's init: killing it kills every process of the
+		// sandbox; Wait returns once they are all gone.
+		b.cmd.Process.Kill()
+		<-b.waitc
+	}
+	linkGone := b.link == nil
+	if b.link != nil {
+		if err := b.link.Delete(); err != nil {
+			b.log.Error("removing the sandbox link", "link", b.link.GatewayName, "err", err)
+		} else {
+			linkGone = true
+		}
+	}
+	if b.sbx != nil {
+		b.sbx.Close()
+		if err := sandbox.Delete(b.name); err != nil {
+			b.log.Error("removing the sandbox namespace", "name", b.name, "err", err)
+		}
+	}
+	if b.stop != nil {
+		b.stop()
+	}
+	if b.walled {
+		if !linkGone {
+			// Never a link without its wall: leave both for the next
+			// run's sweep (or `egressd nft down --all`).
+			b.log.Error("the sandbox link could not be removed: its wall stays", "table", b.table)
+			return
+		}
+		if err := nft.Down(nft.CurrentNamespace, b.table); err != nil && !errors.Is(err, nft.ErrNoTable) {
+			b.log.Error("removing this run's wall", "table", b.table, "err", err)
+			return
+		}
+	}
+	if b.tmp != "" {
+		os.RemoveAll(b.tmp)
+	}
+	if b.record != "" {
+		os.Remove(b.record)
+	}
+}
+
+// Run builds the sandbox, proves it from inside, runs c.Argv in it, tears
+// everything down and returns the command's exit code. The error is for a
+// sandbox that could not be built, or ([*NotSealedError]) one the probe
+// found open.
+func Run(ctx context.Context, c Config) (int, error) {
+	runDir := c.RunDir
+	if runDir == "" {
+		runDir = DefaultRunDir
+	}
+	term := c.Logger
+	gw, err := sandbox.Current()
+	if err != nil {
+		return 0, err
+	}
+	if sw, err := Sweep(gw, runDir, c.Policy.Sandbox.InterfacePrefix, false); err != nil {
+		term.Warn("removing the leftovers of dead runs", "err", err)
+	} else if len(sw.Removed) > 0 {
+		term.Info("removed the leftovers of dead runs", "removed", sw.Removed)
+	}
+	b := &box{log: term, gw: gw}
+	defer b.teardown()
+	b.name = sandbox.PIDName(NSPrefix, "run")
+	if b.sbx, err = sandbox.Create(b.name); err != nil {
+		return 0, err
+	}
+	if b.tmp, err = os.MkdirTemp("", "egressd-run-"); err != nil {
+		return 0, err
+	}
+	os.Chmod(b.tmp, 0o755)
+	link, index, err := wireLink(c.Policy, b.sbx, gw)
+	if err != nil {
+		return 0, err
+	}
+	b.link = link
+	b.table = fmt.Sprintf("%s%d", TablePrefix, index)
+	rec := record{PID: os.Getpid(), Cookie: gw.Cookie(), NS: b.name, Table: b.table, Link: link.GatewayName, Tmp: b.tmp}
+	if err := writeRecord(runDir, rec); err != nil {
+		return 0, err
+	}
+	b.record = rec.path(runDir)
+
+	logFile := c.LogFile
+	if logFile == "" {
+		logFile = filepath.Join(c.StateDir, "run.log")
+	}
+	if err := os.MkdirAll(filepath.Dir(logFile), 0o700); err != nil {
+		return 0, fmt.Errorf("--log: %w", err)
+	}
+	lf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("--log: %w", err)
+	}
+	defer lf.Close()
+	sum := &summary{}
+	log := slog.New(&logHandler{file: slog.NewJSONHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}), term: term.Handler(), sum: sum})
+
+	gw4 := link.Gateway4.Addr()
+	rp := Policy(c.Policy, gw4, !c.NoTransparent)
+	proxyAP := netip.MustParseAddrPort(rp.Listen.Proxy)
+	dnsAP := netip.MustParseAddrPort(rp.Listen.DNS)
+	booted := make(chan daemon.Verdict, 1)
+	spec := Gateway(c, rp, b.table, link, log)
+	spec.Booted = func(v daemon.Verdict) { booted <- v }
+	if !c.NoProbe && c.Probe != nil {
+		target := ProbeTarget{Name: b.name, NS: b.sbx, Policy: rp, Proxy: proxyAP, DNS: dnsAP}
+		spec.Verify = func(ctx context.Context, _ *policy.Policy) (v daemon.Verdict) {
+			sum.hold(func() { v = c.Probe(ctx, target) })
+			return v
+		}
+	} else {
+		spec.NoSelftest = true
+		fmt.Fprintln(c.Stderr, "egressd run: WARNING: --no-probe: the sandbox is not proven sealed before the command starts")
+	}
+	g, err := daemon.NewGateway(spec)
+	if err != nil {
+		return 0, err
+	}
+	b.walled = true // from here on the table may exist
+	dctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- g.Run(dctx, nil) }()
+	b.stop = func() {
+		cancel()
+		<-runErr
+		g.Close()
+	}
+	b.done = func() { sum.write(c.Stderr, logFile) }
+	var v daemon.Verdict
+	select {
+	case v = <-booted:
+	case err := <-runErr:
+		runErr <- err
+		return 0, err
+	case <-ctx.Done(): // Ctrl-C during the proof: CMD never starts
+		return 128 + int(syscall.SIGINT), nil
+	}
+	if !v.Sealed || v.Err != nil {
+		return ExitNotSealed, &NotSealedError{Reason: verdictReason(v)}
+	}
+
+	resolvConf, err := sandbox.WriteResolvConf(b.tmp, gw4)
+	if err != nil {
+		return 0, err
+	}
+	authority, err := ca.LoadOrCreate(filepath.Join(c.StateDir, "ca"))
+	if err != nil {
+		return 0, err
+	}
+	bundle, err := writeCABundle(filepath.Join(b.tmp, "ca-bundle.pem"), authority.CertPEM())
+	if err != nil {
+		return 0, err
+	}
+	env, suspicious := Env(c.Env, c.CleanEnv, c.KeepEnv, proxyAP, bundle)
+	if len(suspicious) > 0 {
+		fmt.Fprintf(c.Stderr, "egressd run: WARNING: passing %d variable(s) that look like credentials into the sandbox: %s (--clean-env drops them; --env KEY keeps one and silences this)\n",
+			len(suspicious), strings.Join(suspicious, ", "))
+	}
+	self := c.Self
+	if self == "" {
+		self = "/proc/self/exe"
+	}
+	cmd := sandbox.NSExecCommandAs(self, b.sbx.Path(), resolvConf, c.Cred, c.Argv)
+	sandbox.NewPIDNamespace(cmd)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	startc := make(chan error, 1)
+	waitc := make(chan error, 1)
+	go func() {
+		// PR_SET_PDEATHSIG follows the thread that started the child:
+		// this one lives until the child is gone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			startc <- err
+			return
+		}
+		startc <- nil
+		waitc <- cmd.Wait()
+	}()
+	if err := <-startc; err != nil {
+		return 0, fmt.Errorf("start %s: %w", c.Argv[0], err)
+	}
+	b.cmd, b.waitc = cmd, waitc
+	var werr error
+	select {
+	case werr = <-waitc:
+	case <-ctx.Done(): // Ctrl-C and SIGTERM go to the command; egressd waits for it
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case werr = <-waitc:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			werr = <-waitc
+		}
+	}
+	b.waitc = nil // every process of the sandbox is gone
+	return exitCode(werr)
+}
+
+// Gateway is the gateway of one run, for [daemon.NewGateway]: the run's
+// policy, its wall on its own link only, egressd's CA from the state dir.
+func Gateway(c Config, rp *policy.Policy, table string, link *sandbox.Link, log *slog.Logger) daemon.Gateway {
+	return daemon.Gateway{
+		Load:     func() (*policy.Policy, error) { return rp, nil },
+		Logger:   log,
+		StateDir: c.StateDir,
+		Walls: func(p *policy.Policy) (nft.Spec, error) {
+			return Spec(p, table, link)
+		},
+		WallsNS:     nft.CurrentNamespace,
+		ReadyExempt: c.ReadyExempt,
+	}
+}
+
+func exitCode(err error) (int, error) {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ee.ExitCode(), nil
+	}
+	return 0, err
+}
+
+// wireLink wires the sandbox to the gateway on the first free link index.
+func wireLink(p *policy.Policy, sbx, gw *sandbox.NS) (*sandbox.Link, int, error) {
+	start := firstIndex + os.Getpid()%(lastIndex-firstIndex)
+	var last error
+	for i := 0; i < 32; i++ {
+		idx := firstIndex + (start-firstIndex+i)%(lastIndex-firstIndex)
+		link, err := sandbox.Wire(sandbox.Veth{
+			Prefix: p.Sandbox.InterfacePrefix, Index: idx,
+			SandboxNS: sbx, GatewayNS: gw,
+			Pool4: p.Sandbox.Pool4, Pool6: p.Sandbox.Pool6,
+		})
+		if err == nil {
+			return link, idx, nil
+		}
+		last = err
+	}
+	return nil, 0, fmt.Errorf("wire sandbox link: %w", last)
+}

@@ -1,0 +1,100 @@
+package selftest
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// oversize is how far past HeadBytes the head-limit probe goes: more than
+// Go's own slack (4096), so a proxy that trusts Go's limit alone shows.
+const oversize = 64 << 10
+
+// silentSlack is how much longer than SilentDeadline the silent-tunnel
+// probe waits before it calls the tunnel open.
+const silentSlack = 3 * time.Second
+
+// innerHeadLimit opens an inspected tunnel and sends a request head over
+// the proxy's limit: egressd must answer 431 itself; any other answer (or
+// the head reaching the origin) is a leak of the limit.
+func (r *runner) innerHeadLimit(ctx context.Context) outcome {
+	resp, c, br, done, err := r.connect(ctx, r.c.InspectHost)
+	if err != nil {
+		return proxyErr(err)
+	}
+	defer done()
+	if resp.status != http.StatusOK {
+		if o := refusal(resp, ""); o.status == Error {
+			return o
+		}
+		return errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "the proxy refused the tunnel itself, so the head limit was not reached: selftest needs an inspected allowed host:port here")
+	}
+	host, _, _ := net.SplitHostPort(r.c.InspectHost)
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: host, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return errored("handshake failed", "TLS in the inspected tunnel: "+err.Error())
+	}
+	go func() {
+		// Written while the answer is read: a proxy that refuses early
+		// stops reading, and the write fails, as it should.
+		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\nX-Egressd-Selftest: ", r.c.InspectHost, userAgent)
+		pad := strings.Repeat("a", 4096)
+		for n := 0; n < r.c.HeadBytes+oversize; n += len(pad) {
+			if _, err := io.WriteString(tc, pad); err != nil {
+				return
+			}
+		}
+		io.WriteString(tc, "\r\n\r\n")
+	}()
+	got, err := readResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errored("no answer", "the proxy neither refused nor answered an oversized head in time")
+		}
+		return leak("closed without a refusal", "the proxy closed the connection without its 431: "+err.Error())
+	}
+	res := fmt.Sprintf("%d %s", got.status, got.deny)
+	if got.status == http.StatusRequestHeaderFieldsTooLarge && got.deny != "" {
+		return pass(res)
+	}
+	if got.deny == "" {
+		return leak(res, fmt.Sprintf("a %d-byte head inside an inspected tunnel got an answer from beyond egressd: the head limit does not hold there", r.c.HeadBytes+oversize))
+	}
+	return leak(res, "an oversized head was refused for another reason: the head limit did not apply")
+}
+
+// silentTunnel opens a tunnel and sends nothing: the proxy must close it
+// within SilentDeadline, or one client can hold descriptors for ever.
+func (r *runner) silentTunnel(ctx context.Context) outcome {
+	start := time.Now()
+	resp, _, br, done, err := r.connect(ctx, r.c.SilentHost)
+	if err != nil {
+		return proxyErr(err)
+	}
+	defer done()
+	if resp.status != http.StatusOK {
+		if o := refusal(resp, ""); o.status == Error {
+			return o
+		}
+		return errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "the proxy refused the tunnel itself: selftest needs an allowed host:port here")
+	}
+	_, err = br.ReadByte()
+	took := time.Since(start).Round(10 * time.Millisecond)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return errored("answered", "the far end spoke first in a silent tunnel: the probe cannot tell")
+	case errors.As(err, &ne) && ne.Timeout(), ctx.Err() != nil:
+		return leak("still open", fmt.Sprintf("a tunnel that sent nothing was still open after %s: silent tunnels hold descriptors for ever", took))
+	case took > r.c.SilentDeadline+silentSlack:
+		return leak(fmt.Sprintf("closed after %s", took), fmt.Sprintf("closed later than its deadline of %s", r.c.SilentDeadline))
+	}
+	return pass(fmt.Sprintf("closed after %s", took))
+}

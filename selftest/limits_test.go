@@ -1,0 +1,152 @@
+package selftest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/ca"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
+)
+
+// The checkpoint probes (proxy-loop, inner head limit, silent tunnel)
+// pass against egressd's proxy and report a leak against a proxy with
+// each hole open: a negative control for every probe.
+
+const limitsConfig = `version: 1
+allow:
+  - name: local
+    cidrs: [127.0.0.0/8]
+    ports: ["1-65535"]
+    pages: [read, download]
+`
+
+// limitProbes is a Config with only the three checkpoint probes, against
+// the proxy at proxyAddr, for egressd listener own and origin target.
+func limitProbes(t *testing.T, proxyAddr, own, target string) Config {
+	var d net.Dialer
+	return Config{
+		Proxy:          netip.MustParseAddrPort(proxyAddr),
+		Dial:           d.DialContext,
+		Own:            []string{own},
+		InspectHost:    target,
+		HeadBytes:      32 << 10,
+		SilentHost:     target,
+		SilentDeadline: 300 * time.Millisecond,
+		Timeout:        5 * time.Second,
+	}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestCheckpointProbes(t *testing.T) {
+	mitm, err := ca.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := listen(t)
+	go http.Serve(origin, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin") }))
+	admin := listen(t) // stands for egressd's admin endpoint
+	go http.Serve(admin, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "metrics") }))
+
+	t.Run("egressd", func(t *testing.T) {
+		pol, err := policy.Parse(strings.NewReader(limitsConfig), "t.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		px := proxy.New(pol, proxy.Config{CA: mitm, HelloTimeout: 300 * time.Millisecond})
+		px.AddListener(admin.Addr())
+		pl := listen(t)
+		go px.Serve(pl)
+		t.Cleanup(func() { px.Shutdown(context.Background()) })
+		rep, err := Run(t.Context(), limitProbes(t, pl.Addr().String(), admin.Addr().String(), origin.Addr().String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rep.Results {
+			if r.Status != Pass {
+				t.Errorf("%s: %s %s: %s", r.ID, r.Status, r.Result, r.Detail)
+			}
+		}
+		if len(rep.Results) != 4 {
+			t.Errorf("%d probes, want 4", len(rep.Results))
+		}
+	})
+	t.Run("holes open", func(t *testing.T) {
+		pl := listen(t)
+		go holeyProxy(t, pl, mitm)
+		rep, err := Run(t.Context(), limitProbes(t, pl.Addr().String(), admin.Addr().String(), origin.Addr().String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rep.Results {
+			if r.Status != Leak {
+				t.Errorf("%s against a proxy with the hole open: %s %s: %s, want leak", r.ID, r.Status, r.Result, r.Detail)
+			}
+		}
+	})
+}
+
+// holeyProxy behaves as egressd did before the fixes: it answers every
+// request from "beyond" (no proxy-loop), accepts every CONNECT, waits for
+// ever for a ClientHello, and reads an inner head of any size.
+func holeyProxy(t *testing.T, l net.Listener, mitm *ca.CA) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.Method != http.MethodConnect {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nmetrics")
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+			if _, err := br.Peek(1); err != nil { // no deadline
+				return
+			}
+			tc := tls.Server(&readerConn{Conn: c, r: br}, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return mitm.Leaf("127.0.0.1") }})
+			ir := bufio.NewReader(tc)
+			var head bytes.Buffer
+			for !bytes.HasSuffix(head.Bytes(), []byte("\r\n\r\n")) { // no limit
+				line, err := ir.ReadSlice('\n')
+				head.Write(line)
+				if err != nil && err != bufio.ErrBufferFull {
+					return
+				}
+			}
+			fmt.Fprintf(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}()
+	}
+}
+
+type readerConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
