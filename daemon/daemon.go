@@ -438,6 +438,9 @@ func (d *Daemon) boot(ctx context.Context) {
 		if !d.opt.AllowUnverified {
 			d.log.Error(unverified)
 			d.setStatus(unverified)
+			if d.opt.Booted != nil {
+				d.opt.Booted(Verdict{Err: errors.New(unverified)})
+			}
 			return
 		}
 		d.log.Warn(noSelftestWarning)

@@ -38,8 +38,10 @@ allow:
 identities:
   - name: agent
     user: agent
+    token_sha256: 30c952fab122c3f9759f02a6d95c3758b246b4fee239957b2d4fee46e26170c4
   - name: eval-1
     user: eval
+    token_sha256: 30c952fab122c3f9759f02a6d95c3758b246b4fee239957b2d4fee46e26170c4
     evaluation: true
 `), "t.yaml")
 	if err != nil {
@@ -71,7 +73,7 @@ identities:
 	get := func(user, ua, target string, selftest bool) int {
 		t.Helper()
 		d := &net.Dialer{}
-		tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", User: url.User(user), Host: l.Addr().String()}), DisableKeepAlives: true,
+		tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", User: url.UserPassword(user, "pw"), Host: l.Addr().String()}), DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, n, a string) (net.Conn, error) {
 				c, err := d.DialContext(ctx, n, a)
 				if err == nil && selftest {
