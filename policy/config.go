@@ -41,6 +41,8 @@ type rawConfig struct {
 	Limits     rawLimits     `yaml:"limits"`
 	Alerts     rawAlerts     `yaml:"alerts"`
 	Audit      rawAudit      `yaml:"audit"`
+
+	UpstreamProxy *rawUpstreamProxy `yaml:"upstream_proxy"` // rules.go
 }
 
 type rawAlerts struct {
@@ -77,12 +79,18 @@ type rawRule struct {
 	ModulePrefixes []at[string] `yaml:"module_prefixes"`
 	ReadPosts      []at[string] `yaml:"read_posts"`
 	TLS            *at[bool]    `yaml:"tls"`
+
+	// per-identity rules, deny messages and credential injection (rules.go)
+	Identities []at[string] `yaml:"identities"`
+	Message    at[string]   `yaml:"message"`
+	Inject     *rawInject   `yaml:"inject"`
 }
 
 type rawDeny struct {
 	Hosts      []at[string] `yaml:"hosts"`
 	CIDRs      []at[string] `yaml:"cidrs"`
 	HostsFiles []at[string] `yaml:"hosts_files"`
+	Message    at[string]   `yaml:"message"`
 }
 
 type rawIdentity struct {
@@ -234,7 +242,7 @@ var (
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
 	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits", "Alerts": "alerts",
-	"Audit": "audit",
+	"Audit": "audit", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "UpstreamProxy": "upstream_proxy",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors with the field

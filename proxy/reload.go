@@ -18,7 +18,7 @@ import (
 func (x *Proxy) redecideTunnels(p *policy.Policy) {
 	for c, rq := range x.ids.openTunnels() {
 		t := rq.target
-		d := p.DecideTarget(&t)
+		d := p.DecideTargetAs(&t, rq.identity)
 		reason, detail := policy.ReasonAllowed, ""
 		switch {
 		case !d.Allow:

@@ -43,7 +43,7 @@ type DecisionLog struct {
 	first, last                        time.Time
 	highRisk                           []decision
 	blocked                            []decision        // metadata and action pages refused
-	denials                            map[[2]string]int // reason, host → count
+	denials                            map[[3]string]int // reason, host, identity → count
 	reached                            map[[2]string]*reach
 }
 
@@ -70,7 +70,7 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 
 // parseDecisionLog reads decision lines from r.
 func parseDecisionLog(r io.Reader) (*DecisionLog, error) {
-	dl := &DecisionLog{denials: map[[2]string]int{}, reached: map[[2]string]*reach{}}
+	dl := &DecisionLog{denials: map[[3]string]int{}, reached: map[[2]string]*reach{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, maxLogLineSize)
 	for sc.Scan() {
@@ -114,7 +114,7 @@ func parseDecisionLog(r io.Reader) (*DecisionLog, error) {
 		if d.HighRisk || actionPages[d.PageType] || d.Reason == "mirror" || d.Reason == "page-type" {
 			dl.blocked = append(dl.blocked, d)
 		}
-		dl.denials[[2]string{d.Reason, d.Host}]++
+		dl.denials[[3]string{d.Reason, d.Host, d.Identity}]++
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -392,7 +392,7 @@ func writePolicy(w io.Writer, p *policy.Policy) {
 	}
 	fmt.Fprintf(w, ".\n- High-risk (never allowed, every spelling): %d address blocks and the built-in metadata, console and registry-upload names.\n", len(p.HighRiskPrefixes()))
 	fmt.Fprintf(w, "- Default: deny. %d allow rules, first match wins:\n\n", len(p.Rules))
-	fmt.Fprintf(w, "| rule | hosts | cidrs | ports | pages | methods | paths | mirror | tls |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| rule | identities | hosts | cidrs | ports | pages | methods | paths | mirror | tls | inject |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range p.Rules {
 		pages := r.Pages.String()
 		if r.AllPages {
@@ -402,8 +402,12 @@ func writePolicy(w io.Writer, p *policy.Policy) {
 		for i, c := range r.CIDRs {
 			cidrs[i] = c.String()
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %v |\n", md(r.Name), md(strings.Join(r.Hosts.Strings(), ", ")), md(strings.Join(cidrs, ", ")),
-			portRanges(r), pages, md(strings.Join(r.Methods, ", ")), md(strings.Join(r.Paths, ", ")), orDash(r.Mirror.String()), r.TLS)
+		ids := "all"
+		if len(r.Identities) > 0 {
+			ids = strings.Join(r.Identities, ", ")
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %v | %s |\n", md(r.Name), md(ids), md(strings.Join(r.Hosts.Strings(), ", ")), md(strings.Join(cidrs, ", ")),
+			portRanges(r), pages, md(strings.Join(r.Methods, ", ")), md(strings.Join(r.Paths, ", ")), orDash(r.Mirror.String()), r.TLS, md(injectSummary(r.Inject)))
 	}
 	st := &p.Selftest
 	fmt.Fprintf(w, "\nSelf-test: every %v, %v per probe; %d TCP, %d UDP, %d IPv6 and %d resolver targets, %d metadata addresses, canary name `%s`, canary URL `%s`, %d positive controls.\n\n",
@@ -510,19 +514,19 @@ func writeDecisions(w io.Writer, dl *DecisionLog, file string) {
 	}
 	if len(dl.denials) > 0 {
 		type row struct {
-			reason, host string
-			n            int
+			reason, host, identity string
+			n                      int
 		}
 		var rows []row
 		for k, n := range dl.denials {
-			rows = append(rows, row{k[0], k[1], n})
+			rows = append(rows, row{k[0], k[1], k[2], n})
 		}
 		slices.SortFunc(rows, func(a, b row) int {
-			return cmp.Or(b.n-a.n, strings.Compare(a.reason, b.reason), strings.Compare(a.host, b.host))
+			return cmp.Or(b.n-a.n, strings.Compare(a.reason, b.reason), strings.Compare(a.host, b.host), strings.Compare(a.identity, b.identity))
 		})
-		fmt.Fprintf(w, "### Denials by reason and host (top %d of %d)\n\n| reason | host | count |\n|---|---|---|\n", min(reportDenials, len(rows)), len(rows))
+		fmt.Fprintf(w, "### Denials by reason, host and identity (top %d of %d)\n\n| reason | host | identity | count |\n|---|---|---|---|\n", min(reportDenials, len(rows)), len(rows))
 		for _, r := range rows[:min(reportDenials, len(rows))] {
-			fmt.Fprintf(w, "| %s | %s | %d |\n", md(r.reason), md(r.host), r.n)
+			fmt.Fprintf(w, "| %s | %s | %s | %d |\n", md(r.reason), md(r.host), md(orDash(r.identity)), r.n)
 		}
 		fmt.Fprintln(w)
 	}
@@ -530,3 +534,15 @@ func writeDecisions(w io.Writer, dl *DecisionLog, file string) {
 
 // orDash shows an empty value as "-".
 func orDash(s string) string { return cmp.Or(s, "-") }
+
+// injectSummary says which header egressd adds from which file; the
+// secret itself is never read here.
+func injectSummary(in *policy.Inject) string {
+	switch {
+	case in == nil:
+		return "-"
+	case in.BasicUser != "":
+		return fmt.Sprintf("Authorization: Basic %s:<%s>", in.BasicUser, in.File)
+	}
+	return fmt.Sprintf("%s: %s<%s>", in.Header, in.Prefix, in.File)
+}

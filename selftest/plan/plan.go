@@ -265,7 +265,7 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 			}
 		}
 	}
-	return out
+	return append(out, identityProbes(p)...)
 }
 
 // headerBudgetProbe is a read on rule r carrying one header as large as
