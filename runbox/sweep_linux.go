@@ -24,6 +24,7 @@ type record struct {
 	Table  string `json:"table"`
 	Link   string `json:"link"`
 	Tmp    string `json:"tmp"`
+	Cgroup string `json:"cgroup,omitempty"` // the run's cgroup v2 child, if it had one
 }
 
 func (r record) path(dir string) string {
@@ -74,6 +75,17 @@ func Sweep(gw *sandbox.NS, runDir, ifPrefix string, all bool) (Swept, error) {
 		if !errors.Is(unix.Kill(r.PID, 0), unix.ESRCH) {
 			out.Live = append(out.Live, fmt.Sprintf("%s (egressd run pid %d)", r.Table, r.PID))
 			continue
+		}
+		if r.Cgroup != "" {
+			// Its processes died with its init (PR_SET_PDEATHSIG); kill
+			// what is left in the cgroup the dead run made, then remove it.
+			if _, err := os.Stat(r.Cgroup); err == nil {
+				if err := killCgroup(r.Cgroup); err != nil {
+					errs = append(errs, err)
+					continue // processes may live: the wall stays
+				}
+				out.Removed = append(out.Removed, "cgroup "+r.Cgroup)
+			}
 		}
 		if err := sandbox.DeleteLink(gw, r.Link); err != nil {
 			errs = append(errs, err)
