@@ -71,6 +71,7 @@ type rawRule struct {
 	ModulePrefixes []at[string] `yaml:"module_prefixes"`
 	ReadPosts      []at[string] `yaml:"read_posts"`
 	TLS            *at[bool]    `yaml:"tls"`
+	Upgrade        []at[string] `yaml:"upgrade"`
 }
 
 type rawDeny struct {

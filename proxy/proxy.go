@@ -333,6 +333,11 @@ type request struct {
 	// w answers a plain request (nil inside tunnels): a slow response's
 	// head is flushed through it.
 	w http.ResponseWriter
+	// relayUpgrade is set by serveUpgrade, which relays an allowed
+	// protocol switch itself; ws marks a request allowed to switch to
+	// WebSocket (an open one is in the tunnel tracker).
+	relayUpgrade bool
+	ws           bool
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
