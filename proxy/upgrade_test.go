@@ -224,6 +224,21 @@ func TestWebSocketIdleAndReload(t *testing.T) {
 		}
 		waitLog(t, h, "limits.idle_timeout")
 	})
+	t.Run("quarantine", func(t *testing.T) {
+		h := newHarness(t, wsConfig, wsNames)
+		port, _ := wsOrigin(t, h)
+		ws := open(t, h, port)
+		h.px.Quarantine("127.0.0.1")
+		ws.SetReadDeadline(time.Now().Add(3 * time.Second))
+		var got string
+		if err := websocket.Message.Receive(ws, &got); err == nil || isTimeout(err) {
+			t.Errorf("a quarantined identity's WebSocket is still open: %q %v", got, err)
+		}
+		line := waitLog(t, h, `"status":101`)
+		if !strings.Contains(line, `"decision":"deny"`) || !strings.Contains(line, `"reason":"quarantine"`) {
+			t.Errorf("quarantine cut logged as %s", line)
+		}
+	})
 	t.Run("reload", func(t *testing.T) {
 		h := newHarness(t, wsConfig, wsNames)
 		port, _ := wsOrigin(t, h)
