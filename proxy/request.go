@@ -54,6 +54,11 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	}
 	rq.d = p.DecideRequest(&rq.target, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
+	if isH2C(r) && !rq.d.HighRisk {
+		// Never allowed, whatever the rule decides: refused as such, so
+		// the self-test can probe it under any inspected rule.
+		return r, x.deny(r, rq, policy.ReasonUpgrade, rq.d.RuleName(), "upgrade refused: h2c is never allowed")
+	}
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
 	}

@@ -52,6 +52,11 @@ func upgradeRefusal(r *http.Request, d *policy.Decision) string {
 	return ""
 }
 
+// isH2C reports an h2c attempt: Upgrade: h2c, or an HTTP2-Settings header.
+func isH2C(r *http.Request) bool {
+	return headerHas(r.Header, "Upgrade", "h2c") || r.Header.Get("HTTP2-Settings") != ""
+}
+
 // serveUpgrade serves a request inside an inspected tunnel that asks to
 // switch protocols. It is decided by onRequest like every request (page
 // type, methods, paths, header budget); an allowed WebSocket handshake is

@@ -161,6 +161,8 @@ func TestUpgradeRefused(t *testing.T) {
 	}{
 		{"rule without upgrade", "docs.test", "/chat", wsHeaders, "upgrade"},
 		{"h2c", "ws.test", "/chat", "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n", "upgrade"},
+		{"h2c where the path is refused", "ws.test", "/admin", "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n", "upgrade"},
+		{"h2c on a mirror rule", "pypi.test", "/", "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n", "upgrade"},
 		{"unknown protocol", "ws.test", "/chat", "Upgrade: irc\r\n", "upgrade"},
 		{"path outside the rule", "ws.test", "/admin", wsHeaders, "path"},
 		{"method override", "ws.test", "/chat", wsHeaders + "X-HTTP-Method-Override: DELETE\r\n", "method"},
