@@ -97,6 +97,8 @@ type Daemon struct {
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
 	interval chan struct{}          // a reload changed selftest.interval
 	booted   chan struct{}          // closed once the boot self-test has set readiness
+	watching chan struct{}          // closed once WatchReload handles SIGHUP and file changes
+	watchUp  sync.Once
 	audit    *audit.Sink
 
 	reloads    *prometheus.CounterVec
@@ -120,7 +122,7 @@ func New(opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), booted: make(chan struct{})}
+	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), booted: make(chan struct{}), watching: make(chan struct{})}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back, rollback-failed)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
@@ -143,9 +145,12 @@ func New(opt Options) (*Daemon, error) {
 	pc.Registry = d.reg
 	pc.CA = opt.CA
 	pc.Gate = d.gate
+	// one name budget per identity, whichever path resolves the name
+	names := new(policy.NameBudget)
+	pc.NameBudget = names
 	d.px = proxy.New(p, pc)
 	if p.Listen.DNS != "" {
-		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg})
+		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names})
 		if err != nil {
 			return nil, fmt.Errorf("dns filter: %w", err)
 		}
@@ -424,6 +429,11 @@ func (d *Daemon) boot(ctx context.Context) {
 // ready or not (Ready says which): the signal to wait for instead of the
 // "ready" line when readiness may not come (a leak, a full audit disk).
 func (d *Daemon) Booted() <-chan struct{} { return d.booted }
+
+// Watching is closed once WatchReload has registered for SIGHUP and set up
+// the config file watch (or logged why it could not): from then on a
+// signal or an edit reloads.
+func (d *Daemon) Watching() <-chan struct{} { return d.watching }
 
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {
 	start := time.Now()

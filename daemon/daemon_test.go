@@ -221,11 +221,15 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	guard := make(chan os.Signal, 16)
 	signal.Notify(guard, syscall.SIGHUP)
 	defer signal.Stop(guard)
+	select { // readiness: WatchReload has registered its handler
+	case <-f.d.Watching():
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchReload did not start watching")
+	}
 	// nothing touches the file: only SIGHUP can cause this reload
 	before := counter(t, f, `egressd_reloads_total{result="applied"}`)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitFor(t, "a SIGHUP reload", func() bool {
-		syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		time.Sleep(50 * time.Millisecond)
 		return counter(t, f, `egressd_reloads_total{result="applied"}`) > before
 	})
 }

@@ -38,6 +38,7 @@ func (d *Daemon) WatchReload(ctx context.Context, path string) error {
 			events, werrs = w.Events, w.Errors
 		}
 	}
+	d.watchUp.Do(func() { close(d.watching) })
 	base := filepath.Base(path)
 	var debounce <-chan time.Time
 	for {

@@ -52,6 +52,10 @@ type Config struct {
 	// also has an overall budget of 4s, below the 5s that stub resolvers
 	// wait, so a client sees SERVFAIL rather than a timeout.
 	Timeout time.Duration
+	// NameBudget counts the distinct names each identity resolves under
+	// wildcard rules. Share the proxy's (egressd's wiring does), so the
+	// budget is one per identity, not one per path. Nil: the server's own.
+	NameBudget *policy.NameBudget
 }
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
@@ -66,7 +70,7 @@ type Server struct {
 	refused *prometheus.CounterVec // names answered NXDOMAIN by policy, by identity
 	// budget counts the distinct names each identity resolves under each
 	// wildcard rule; overBudget counts the names it refused, by identity.
-	budget     policy.NameBudget
+	budget     *policy.NameBudget
 	overBudget *prometheus.CounterVec
 
 	mu        sync.Mutex
@@ -136,6 +140,7 @@ func New(c Config) (*Server, error) {
 		dial:    c.Dial,
 		timeout: c.Timeout,
 		limits:  limiters{clients: map[netip.Addr]*client{}},
+		budget:  c.NameBudget,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_queries_total",
 			Help: "DNS queries answered by the filter, by result.",
@@ -167,6 +172,9 @@ func New(c Config) (*Server, error) {
 				return nil, fmt.Errorf("dnsfilter: register metrics: %w", err)
 			}
 		}
+	}
+	if s.budget == nil {
+		s.budget = new(policy.NameBudget)
 	}
 	return s, nil
 }
@@ -269,11 +277,7 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		return
 	}
 	e.rule = rule.Name
-	budgetID := e.identity
-	if budgetID == "" {
-		budgetID = addrString(e.client) // no identity: each client address has its own budget
-	}
-	switch v, wildcard, first := s.budget.Allow(p, budgetID, name, time.Now()); v {
+	switch v, wildcard, first := s.budget.Allow(p, p.SourceIdentity(e.client), name, time.Now()); v {
 	case policy.NameExactOnly:
 		s.deny(w, r, e, policy.ReasonExactOnly.String())
 		return

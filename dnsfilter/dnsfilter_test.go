@@ -914,13 +914,9 @@ func TestServeUDPAndTCP(t *testing.T) {
 			}{{"ALLOWED.test.", dns.RcodeSuccess}, {"exfil.example.", dns.RcodeNameError}} {
 				q := new(dns.Msg)
 				q.SetQuestion(qt.name, dns.TypeA)
-				var r *dns.Msg
-				for range 20 { // Serve may not be listening yet
-					if r, _, err = c.Exchange(q, tc.addr); err == nil {
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
+				// The sockets are bound before Serve starts: a query sent
+				// before its loops run waits in the kernel, no retry needed.
+				r, _, err := c.Exchange(q, tc.addr)
 				if err != nil {
 					t.Fatalf("exchange %s: %v", qt.name, err)
 				}
@@ -964,16 +960,17 @@ func TestServeStopsWhenASocketFails(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(pc, l) }()
-	// Wait until TCP accepts, then break the UDP socket under Serve.
-	for {
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err == nil {
-			c.Close()
-			break
+	// Readiness: an answer on each socket shows both loops are serving
+	// (the sockets are bound, so a query sent early waits in the kernel).
+	// Then break the UDP socket under Serve.
+	for _, tc := range []struct{ network, addr string }{{"tcp", l.Addr().String()}, {"udp", pc.LocalAddr().String()}} {
+		q := new(dns.Msg)
+		q.SetQuestion("exfil.example.", dns.TypeA)
+		c := &dns.Client{Net: tc.network, Timeout: 5 * time.Second}
+		if _, _, err := c.Exchange(q, tc.addr); err != nil {
+			t.Fatalf("%s query before the failure: %v", tc.network, err)
 		}
-		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(10 * time.Millisecond) // let the UDP loop start reading
 	pc.Close()
 	select {
 	case err := <-done:

@@ -15,6 +15,7 @@ const Msg = "decision"
 const (
 	KeyIdentity  = "identity"  // who asked: the sandbox's identity or source address
 	KeySource    = "source"    // the source identity a proven token refined ("" when none)
+	KeyView      = "view"      // the declared identity whose rules applied, "" for none
 	KeyMethod    = "method"    // HTTP method, CONNECT, or TLS (transparent)
 	KeyHost      = "host"      // the target host
 	KeyPort      = "port"      // the target port
@@ -35,7 +36,7 @@ const (
 
 // Keys lists every key of a full decision record, in order.
 func Keys() []string {
-	return []string{KeyIdentity, KeySource, KeyMethod, KeyHost, KeyPort, KeyPath, KeyQueryLen, KeyPageType, KeyRule, KeyDecision,
+	return []string{KeyIdentity, KeySource, KeyView, KeyMethod, KeyHost, KeyPort, KeyPath, KeyQueryLen, KeyPageType, KeyRule, KeyDecision,
 		KeyReason, KeyHighRisk, KeyStatus, KeyBytesIn, KeyBytesOut, KeyBytes, KeyDetail, KeyInspected}
 }
 
@@ -53,6 +54,7 @@ type Record struct {
 	Msg       string    `json:"msg"`
 	Identity  string    `json:"identity"`
 	Source    string    `json:"source"`
+	View      string    `json:"view"`
 	Method    string    `json:"method"`
 	Host      string    `json:"host"`
 	Port      int       `json:"port"`

@@ -104,6 +104,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	default:
 		c.errf(raw.Audit.OnError.Line, "audit.on_error", "%q: want deny (refuse what would be allowed while the audit log cannot be written) or allow", raw.Audit.OnError.V)
 	}
+	c.adopt(p, raw)
 	return p
 }
 

@@ -40,6 +40,8 @@ type rawConfig struct {
 	Selftest   rawSelftest   `yaml:"selftest"`
 	Limits     rawLimits     `yaml:"limits"`
 	Audit      rawAudit      `yaml:"audit"`
+
+	UpstreamProxy *rawUpstreamProxy `yaml:"upstream_proxy"` // rules.go
 }
 
 type rawAudit struct {
@@ -72,12 +74,18 @@ type rawRule struct {
 	ReadPosts      []at[string] `yaml:"read_posts"`
 	TLS            *at[bool]    `yaml:"tls"`
 	Upgrade        []at[string] `yaml:"upgrade"`
+
+	// per-identity rules, deny messages and credential injection (rules.go)
+	Identities []at[string] `yaml:"identities"`
+	Message    at[string]   `yaml:"message"`
+	Inject     *rawInject   `yaml:"inject"`
 }
 
 type rawDeny struct {
 	Hosts      []at[string] `yaml:"hosts"`
 	CIDRs      []at[string] `yaml:"cidrs"`
 	HostsFiles []at[string] `yaml:"hosts_files"`
+	Message    at[string]   `yaml:"message"`
 }
 
 type rawIdentity struct {
@@ -228,7 +236,7 @@ var (
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
 	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
-	"Audit": "audit",
+	"Audit": "audit", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "UpstreamProxy": "upstream_proxy",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors with the field

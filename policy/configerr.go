@@ -21,6 +21,8 @@ var rawTypes = map[string]reflect.Type{
 	"Config": reflect.TypeFor[rawConfig](), "Listen": reflect.TypeFor[rawListen](), "Resolver": reflect.TypeFor[rawResolver](),
 	"Rule": reflect.TypeFor[rawRule](), "Deny": reflect.TypeFor[rawDeny](), "Identity": reflect.TypeFor[rawIdentity](),
 	"Sandbox": reflect.TypeFor[rawSandbox](), "Selftest": reflect.TypeFor[rawSelftest](), "Limits": reflect.TypeFor[rawLimits](),
+	"Audit":  reflect.TypeFor[rawAudit](),
+	"Inject": reflect.TypeFor[rawInject](), "Basic": reflect.TypeFor[rawBasic](), "UpstreamProxy": reflect.TypeFor[rawUpstreamProxy](),
 }
 
 // knownKeys lists the config keys of a raw section type.

@@ -23,6 +23,10 @@ type Decision struct {
 	Inspect    bool  // CONNECT: TLS must be terminated to check pages, methods, paths or mirror grammar
 	BodyCap    int64 // mirror or read-only POST: read at most this much body and call CheckBody
 	ReadPost   bool  // allowed as a read-only POST the rule opted in to: the body must pass CheckBody
+	// View is the declared identity whose view of the rules applied; ""
+	// when the client is no declared identity (only rules naming no
+	// identities can allow it).
+	View string
 }
 
 // RuleName is the matched rule's name, or "" when none matched.
@@ -44,15 +48,22 @@ func deny(d Decision, r Reason) Decision {
 // host-only has Inspect set, and each request inside the tunnel must then
 // pass DecideRequest.
 func (p *Policy) DecideTarget(t *Target) Decision {
-	d := Decision{Host: t.Host(), Addr: t.Addr}
+	return p.DecideTargetAs(t, "")
+}
+
+// DecideTargetAs is DecideTarget in the view of identity: only rules that
+// apply to it (rules naming no identities apply to all) can allow.
+func (p *Policy) DecideTargetAs(t *Target, identity string) Decision {
+	v := p.viewOf(identity)
+	d := Decision{Host: t.Host(), Addr: t.Addr, View: v.name}
 	if t.Addr.IsValid() {
-		return p.decideAddr(d, t.Addr, t.Port)
+		return p.decideAddr(d, t.Addr, t.Port, v)
 	}
 	if p.HighRiskName(t.Name) {
 		d.HighRisk = true
 		return deny(d, ReasonHighRisk)
 	}
-	r, portMiss := p.matchName(t.Name, t.Port)
+	r, portMiss := p.matchName(t.Name, t.Port, v)
 	if r == nil {
 		if portMiss {
 			return deny(d, ReasonPort)
@@ -65,7 +76,7 @@ func (p *Policy) DecideTarget(t *Target) Decision {
 	return d
 }
 
-func (p *Policy) decideAddr(d Decision, a netip.Addr, port uint16) Decision {
+func (p *Policy) decideAddr(d Decision, a netip.Addr, port uint16, v view) Decision {
 	info := ClassifyAddr(a)
 	if info.Class == ClassHighRisk || p.deniedAddr(a) {
 		d.HighRisk = true
@@ -74,7 +85,7 @@ func (p *Policy) decideAddr(d Decision, a netip.Addr, port uint16) Decision {
 	var portMiss bool
 	for _, i := range p.cidrRule {
 		r := p.Rules[i]
-		if !r.coversAddr(a) {
+		if !v.sees(r) || !r.coversAddr(a) {
 			continue
 		}
 		if !r.AllowsPort(port) {
@@ -185,17 +196,17 @@ func (p *Policy) RuleForName(name string) *Rule {
 	if p.HighRiskName(name) {
 		return nil
 	}
-	r, _ := p.matchName(name, 0)
+	r, _ := p.matchName(name, 0, anyView)
 	return r
 }
 
 // matchName finds the first rule (lowest index) whose hosts cover name and
 // whose ports cover port (port 0: any). portMiss reports that some rule
 // covered the name but not the port.
-func (p *Policy) matchName(name string, port uint16) (r *Rule, portMiss bool) {
+func (p *Policy) matchName(name string, port uint16, v view) (r *Rule, portMiss bool) {
 	best := int32(len(p.Rules))
 	consider := func(idx int32, named bool) {
-		if idx >= best {
+		if idx >= best || !v.sees(p.Rules[idx]) {
 			return
 		}
 		if port != 0 && !p.Rules[idx].AllowsPort(port) {
@@ -245,7 +256,15 @@ func (p *Policy) matchName(name string, port uint16) (r *Rule, portMiss bool) {
 // classifier), by the proxy and by egressd check alike. Every request is
 // classified, denied or not, so PageType always says what it was.
 func (p *Policy) DecideRequest(t *Target, method, contentType string, contentLength int64) Decision {
-	d := p.DecideTarget(t)
+	return p.DecideRequestAs(t, "", method, contentType, contentLength)
+}
+
+// DecideRequestAs is DecideRequest in the view of identity (see
+// DecideTargetAs). A denied request still carries its page type: the log
+// shows what it would have done, and `egressd suggest` proposes pages
+// from it.
+func (p *Policy) DecideRequestAs(t *Target, identity, method, contentType string, contentLength int64) Decision {
+	d := p.DecideTargetAs(t, identity)
 	req := Request{Method: method, Host: d.Host, Port: t.Port, Path: t.Path, Query: t.Query, ContentType: contentType, ContentLength: contentLength}
 	if d.Rule != nil {
 		req.ReadPosts = d.Rule.readPosts()
@@ -256,6 +275,10 @@ func (p *Policy) DecideRequest(t *Target, method, contentType string, contentLen
 	}
 	d.Inspect = false
 	r := d.Rule
+	if r.Inject != nil && contains(echoMethods, method) {
+		d.Detail = method + " echoes the request, with the injected credential, back to the client"
+		return deny(d, ReasonMethod)
+	}
 	if r.Mirror != MirrorNone {
 		v := CheckMirror(r.Mirror, &req, &r.MirrorOp)
 		if !v.Allow {

@@ -176,12 +176,7 @@ func (s *DomainSet) index(offs []uint32) {
 // normalizeListName lower-cases one list line in place and checks it;
 // an empty name is a blank or comment line.
 func normalizeListName(b []byte) (name []byte, bad string) {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
-		b = b[1:]
-	}
+	b = trimListLine(b)
 	if len(b) == 0 || b[0] == '#' {
 		return nil, ""
 	}
@@ -194,6 +189,28 @@ func normalizeListName(b []byte) (name []byte, bad string) {
 	if len(b) == 0 || len(b) > 253 {
 		return nil, fmt.Sprintf("%.80q: want a domain name of 1 to 253 bytes", b)
 	}
+	if bad := lowerListLabels(b); bad != "" {
+		return nil, bad
+	}
+	return b, ""
+}
+
+// trimListLine drops the line end and the blanks around a list line.
+func trimListLine(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	return b
+}
+
+// lowerListLabels lower-cases the name b in place, label by label, and
+// says what is wrong with it: a byte outside [a-z0-9-_.], an empty or
+// over-long label, or digits only (an address). The message quotes b as
+// lower-cased so far.
+func lowerListLabels(b []byte) string {
 	label, digitsOnly := 0, true
 	for i, c := range b {
 		switch {
@@ -205,23 +222,23 @@ func normalizeListName(b []byte) (name []byte, bad string) {
 		case '0' <= c && c <= '9':
 		case c == '.':
 			if label == 0 {
-				return nil, fmt.Sprintf("%.80q: empty label", b)
+				return fmt.Sprintf("%.80q: empty label", b)
 			}
 			label = 0
 			continue
 		default:
-			return nil, fmt.Sprintf("%.80q: byte %q is not allowed in a name (IDNs go in their xn-- form)", b, c)
+			return fmt.Sprintf("%.80q: byte %q is not allowed in a name (IDNs go in their xn-- form)", b, c)
 		}
 		label++
 		if label > 63 {
-			return nil, fmt.Sprintf("%.80q: a label over 63 bytes", b)
+			return fmt.Sprintf("%.80q: a label over 63 bytes", b)
 		}
 	}
 	if label == 0 {
-		return nil, fmt.Sprintf("%.80q: empty label", b)
+		return fmt.Sprintf("%.80q: empty label", b)
 	}
 	if digitsOnly {
-		return nil, fmt.Sprintf("%.80q is an address, not a name: put addresses in deny.cidrs", b)
+		return fmt.Sprintf("%.80q is an address, not a name: put addresses in deny.cidrs", b)
 	}
-	return b, ""
+	return ""
 }

@@ -170,7 +170,7 @@ func FuzzNormalizeHost(f *testing.F) {
 // FuzzParseConfig: no config crashes the parser, and whatever parses still
 // denies the metadata address under every rule.
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{openPolicy, testFirstMatchCfg, "version: 1\n", "version: 1\nallow:\n  - hosts: [\"*\"]\n    cidrs: [169.254.0.0/16]\n    ports: [1-65535]\n"} {
+	for _, s := range []string{openPolicy, testFirstMatchCfg, identityConfig, "version: 1\n", "version: 1\nallow:\n  - hosts: [\"*\"]\n    cidrs: [169.254.0.0/16]\n    ports: [1-65535]\n"} {
 		f.Add(s)
 	}
 	if b, err := os.ReadFile("../configs/default.yaml"); err == nil {
@@ -189,6 +189,19 @@ func FuzzParseConfig(f *testing.F) {
 		for _, tgt := range []Target{meta, metaName} {
 			if d := p.DecideTarget(&tgt); d.Allow {
 				t.Fatalf("config allows %s:\n%s", tgt.Host(), cfg)
+			}
+		}
+		for _, r := range p.Rules {
+			if r.Inject == nil {
+				continue
+			}
+			if !r.TLS || r.HostOnly() || r.Hosts.Len() == 0 {
+				t.Fatalf("inject rule %s: tls=%v host-only=%v hosts=%d:\n%s", r.Name, r.TLS, r.HostOnly(), r.Hosts.Len(), cfg)
+			}
+			for h := range r.Hosts.All() {
+				if strings.Contains(h, "*") {
+					t.Fatalf("inject rule %s names %q:\n%s", r.Name, h, cfg)
+				}
 			}
 		}
 	})

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +80,21 @@ func (b *NameBudget) Allow(p *Policy, identity, name string, now time.Time) (v N
 	set[name] = struct{}{}
 	b.total++
 	return NameAllowed, wildcard, false
+}
+
+// SourceIdentity is the identity of a client at src that the client
+// cannot choose: the one its cidrs give, else the address itself. Never
+// the Proxy-Authorization user, a label the client picks: the name budget
+// charges this one (a label would be a fresh budget per request), and a
+// quarantine of it holds whatever label the client sends.
+func (p *Policy) SourceIdentity(src netip.Addr) string {
+	if id := p.Identity(src); id != "" {
+		return id
+	}
+	if !src.IsValid() {
+		return ""
+	}
+	return src.Unmap().String()
 }
 
 // wildcardFor returns the pattern of the first rule that covers name

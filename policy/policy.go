@@ -37,6 +37,18 @@ type Policy struct {
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
 	denyLists  []*DomainSet // deny.hosts_files
+
+	// UpstreamProxy is the parent proxy egressd reaches every upstream
+	// through (HTTP CONNECT to the checked address); nil: direct.
+	UpstreamProxy *UpstreamProxy
+	// DenyMessage (deny.message) is what a client refused by the default
+	// deny (no rule for it) reads in the 403 body; empty: generic advice.
+	DenyMessage string
+	// injectHeaders maps a host named by a rule with inject to the header
+	// names egressd sets there: a client's own values are stripped on
+	// every request to that host egressd sees.
+	injectHeaders map[string][]string
+	identitySet   map[string]bool // declared identity names
 }
 
 // Listen holds the listen addresses ("host:port"); empty means off.
@@ -152,6 +164,15 @@ type Rule struct {
 	// host that no later check sees. Only on inspected rules; h2c is never
 	// allowed.
 	WebSocket bool
+
+	// Identities the rule applies to; empty: every client.
+	Identities []string
+	// Message is what a client denied under this rule reads in the 403
+	// body; empty: the generic advice only.
+	Message string
+	// Inject is the credential egressd adds to requests under this rule;
+	// nil: none. A rule with Inject is never host-only: it is inspected.
+	Inject *Inject
 }
 
 type portRange struct{ lo, hi uint16 }
@@ -169,7 +190,7 @@ func (r *Rule) AllowsPort(port uint16) bool {
 // HostOnly reports whether the rule decides on host and port alone, so a
 // CONNECT under it is spliced rather than inspected.
 func (r *Rule) HostOnly() bool {
-	return r.Mirror == MirrorNone && r.AllPages && len(r.Methods) == 0 && len(r.Paths) == 0
+	return r.Mirror == MirrorNone && r.AllPages && len(r.Methods) == 0 && len(r.Paths) == 0 && r.Inject == nil
 }
 
 // Identity returns the name of the identity whose cidrs hold the source

@@ -52,6 +52,8 @@ var (
 	ReasonProxyLoop             = newReason("proxy-loop", 403, "the target is egressd itself")
 	ReasonQuarantine            = newReason("quarantine", 403, "this client's identity is quarantined: ask the operator")
 	ReasonInspectionUnavailable = newReason("inspection-unavailable", 403, "the rule needs TLS inspection and egressd has no CA (or could not issue a certificate): ask the operator")
+	ReasonInjectCleartext       = newReason("inject-cleartext", 403, "this rule adds a credential, which egressd sends only over TLS: use https://")
+	ReasonInjectUnavailable     = newReason("inject-unavailable", 502, "the credential this rule adds is unavailable: ask the operator")
 	ReasonInternal              = newReason("internal", 403, "egressd reached a state it should not: report it to the operator")
 	ReasonBadRequest            = newReason("bad-request", 400, "malformed or ambiguous request (a request smuggling signal): send one plain request")
 	ReasonHostMismatch          = newReason("host-mismatch", 400, "the Host header, inner request or SNI disagrees with the target: send one target")

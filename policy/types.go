@@ -50,5 +50,6 @@ var (
 	ClassifyPage    = classify.ClassifyPage
 	CheckMirror     = classify.CheckMirror
 	CheckMirrorBody = classify.CheckMirrorBody
+	CheckedBody     = classify.CheckedBody
 	PublishProbe    = classify.PublishProbe
 )

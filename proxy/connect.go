@@ -40,7 +40,7 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 	}
 	rq.target = t
 	p := x.Policy()
-	rq.d = p.DecideTarget(&t)
+	rq.d = p.DecideTargetAs(&t, rq.identity)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		writeResponse(w, x.denyDecision(r, rq))

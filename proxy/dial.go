@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -48,22 +49,29 @@ type checkedDialer struct {
 	// budget bounds the new names under wildcard rules each identity makes
 	// the resolver ask for; log gets its one warning per identity and
 	// wildcard when spent.
-	budget policy.NameBudget
+	budget *policy.NameBudget
 	log    *slog.Logger
+	// secrets reads the upstream proxy's credentials.
+	secrets *inject.Store
 }
 
 type dialSettings struct {
 	res     *Resolver
 	timeout time.Duration
+	parent  *parentDialer // upstream_proxy; nil: direct
 }
 
 // setPolicy takes the resolvers and dial timeout of p (a fresh resolver,
 // so no answer cached under the old upstreams survives a reload).
 func (x *checkedDialer) setPolicy(p *policy.Policy) {
-	x.cur.Store(&dialSettings{
+	s := &dialSettings{
 		res:     &Resolver{Upstreams: p.Resolver.Upstreams, Dial: x.resolverDial},
 		timeout: p.Limits.DialTimeout,
-	})
+	}
+	if p.UpstreamProxy != nil {
+		s.parent = &parentDialer{up: p.UpstreamProxy, secrets: x.secrets}
+	}
+	x.cur.Store(s)
 }
 
 // check resolves the target of an allowed decision and returns the
@@ -121,9 +129,21 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}
-	nd := net.Dialer{Timeout: x.cur.Load().timeout, Control: x.control}
+	cur := x.cur.Load()
+	nd := net.Dialer{Timeout: cur.timeout, Control: x.control}
 	var errs []error
 	for _, ap := range good {
+		if cur.parent != nil {
+			c, err := cur.parent.dial(ctx, &nd, ap)
+			if err == nil {
+				return c, ap, nil
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
 		// Not nd.DialTCP: with no local address it still binds 0.0.0.0:0
 		// before connecting (Go 1.26), which takes an ephemeral port for
 		// every destination at once.
@@ -216,7 +236,7 @@ func (c *outConn) Close() error {
 func (x *checkedDialer) checkNameBudget(ctx context.Context, p *policy.Policy, d *policy.Decision) error {
 	id := ""
 	if rq, ok := ctx.Value(keyDecision).(*request); ok {
-		id = rq.identity
+		id = rq.budget() // the source's: a label or token never opens a fresh budget
 	}
 	v, wildcard, first := x.budget.Allow(p, id, d.Host, time.Now())
 	switch v {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -70,6 +71,13 @@ type Config struct {
 	// HelloTimeout bounds the wait for a tunnel's ClientHello and
 	// inspected handshake. 0: HelloTimeout; tests shorten it.
 	HelloTimeout time.Duration
+	// NameBudget counts the distinct names each identity resolves under
+	// wildcard rules; share it with the DNS filter (egressd's wiring does).
+	// Nil: the proxy's own.
+	NameBudget *policy.NameBudget
+	// Secrets reads the credentials of inject rules; nil: a Store of the
+	// proxy's own.
+	Secrets *inject.Store
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -88,6 +96,7 @@ type Proxy struct {
 	exempt func(netip.AddrPort) bool
 	ids    *tracker
 	fds    *fdGuard
+	secret *inject.Store
 
 	errorLog *log.Logger // net/http's own errors, into the proxy's log
 
@@ -118,6 +127,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		gate:   cfg.Gate,
 		exempt: cfg.ReadyExempt,
 		ids:    newTracker(),
+		secret: cfg.Secrets,
 		self:   map[netip.AddrPort]bool{},
 	}
 	if x.log == nil {
@@ -125,6 +135,9 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	}
 	x.errorLog = slog.NewLogLogger(x.log.With("source", "net/http").Handler(), slog.LevelDebug)
 	x.helloTimeout = cmp.Or(cfg.HelloTimeout, HelloTimeout)
+	if x.secret == nil {
+		x.secret = &inject.Store{}
+	}
 	x.fds = &fdGuard{limit: fdLimit, count: fdCount, reserve: cfg.FDReserve}
 	switch {
 	case cfg.FDReserve == 0:
@@ -141,6 +154,11 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		self:         x.isSelf,
 		control:      cfg.Control,
 		log:          x.log,
+		budget:       cfg.NameBudget,
+		secrets:      x.secret,
+	}
+	if x.dialer.budget == nil {
+		x.dialer.budget = new(policy.NameBudget)
 	}
 	x.dialer.setPolicy(p)
 	x.tr = &http.Transport{
@@ -332,7 +350,8 @@ type request struct {
 	headBytes int
 	// w answers a plain request (nil inside tunnels): a slow response's
 	// head is flushed through it.
-	w http.ResponseWriter
+	w       http.ResponseWriter
+	message string // the operator's text for a denial (policy.Message)
 	// relayUpgrade is set by serveUpgrade, which relays an allowed
 	// protocol switch itself; ws marks a request allowed to switch to
 	// WebSocket (an open one is in the tunnel tracker).
@@ -439,13 +458,7 @@ func (x *Proxy) identify(r *http.Request) (identity, source string) {
 // sourceIdentity names a client by its address: the identity whose cidrs
 // hold it, else the address itself.
 func (x *Proxy) sourceIdentity(a netip.Addr) string {
-	if id := x.Policy().Identity(a); id != "" {
-		return id
-	}
-	if a.IsValid() {
-		return a.Unmap().String()
-	}
-	return ""
+	return x.Policy().SourceIdentity(a)
 }
 
 // names are the identities a request counts as: its own, and the source
@@ -501,8 +514,9 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// denyResponse is the 403 (or other) a client gets for a decision.
-func denyResponse(r *http.Request, reason policy.Reason, rule, detail, help string) *http.Response {
+// denyResponse is the 403 (or other) a client gets for a decision; the
+// operator's message, if any, follows on a line of its own.
+func denyResponse(r *http.Request, reason policy.Reason, rule, detail, message string) *http.Response {
 	var b strings.Builder
 	fmt.Fprintf(&b, "egressd: denied: %s", reason)
 	if rule != "" {
@@ -511,10 +525,10 @@ func denyResponse(r *http.Request, reason policy.Reason, rule, detail, help stri
 	if detail != "" {
 		fmt.Fprintf(&b, ": %s", detail)
 	}
-	if help != "" {
-		fmt.Fprintf(&b, ": %s", help)
-	}
 	b.WriteByte('\n')
+	if message != "" {
+		fmt.Fprintf(&b, "%s\n", message)
+	}
 	resp := goproxy.NewResponse(r, goproxy.ContentTypeText, reason.Status(), b.String())
 	resp.Header.Set("X-Egressd-Deny", reason.String())
 	return resp

@@ -479,3 +479,28 @@ func waitLog(t *testing.T, h *harness, substr string) string {
 	}
 	return line
 }
+
+// TestQuarantineHoldsAcrossUserLabels: the Proxy-Authorization user is a
+// label the client picks, and it chose the identity the quarantine looked
+// up: a quarantined address (or the identity its cidrs give) walked out by
+// sending any user name.
+func TestQuarantineHoldsAcrossUserLabels(t *testing.T) {
+	for _, c := range []struct{ cfg, quarantine string }{
+		{testConfig + "  - name: sandbox\n    cidrs: [127.0.0.1/32]\n", "sandbox"}, // by cidrs
+		{testConfig, "127.0.0.1"}, // no identity: by address
+	} {
+		h := newHarness(t, c.cfg, testNames)
+		url := "http://allowed.test:" + h.plain.port() + "/"
+		h.px.Quarantine(c.quarantine)
+		for _, user := range []string{"", "fresh-label", "agent-a"} {
+			hdr := map[string]string{}
+			if user != "" {
+				hdr["Proxy-Authorization"] = "Basic " + basic(user)
+			}
+			resp, _ := h.do("GET", url, nil, hdr)
+			if resp == nil || resp.StatusCode != 403 || resp.Header.Get("X-Egressd-Deny") != "quarantine" {
+				t.Errorf("quarantined %s, user %q: got %v, want 403 quarantine", c.quarantine, user, resp)
+			}
+		}
+	}
+}

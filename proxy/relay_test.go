@@ -118,14 +118,22 @@ func TestRelayPeerGone(t *testing.T) {
 
 // TestRelayClosedSource: closing the source under a waiting relay ends it.
 func TestRelayClosedSource(t *testing.T) {
-	_, srcR := tcpPair(t)
-	dstW, _ := tcpPair(t)
+	srcW, srcR := tcpPair(t)
+	dstW, dstR := tcpPair(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := relay(dstW, srcR, nil)
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	// Readiness: a byte through the relay shows it is in its copy loop;
+	// with nothing more to read it waits on the source again.
+	if _, err := srcW.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	dstR.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(dstR, make([]byte, 1)); err != nil {
+		t.Fatalf("relay did not forward a byte: %v", err)
+	}
 	srcR.Close()
 	select {
 	case err := <-done:

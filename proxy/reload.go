@@ -22,7 +22,7 @@ func (x *Proxy) redecideTunnels(p *policy.Policy) {
 			continue
 		}
 		t := rq.target
-		d := p.DecideTarget(&t)
+		d := p.DecideTargetAs(&t, rq.identity)
 		reason, detail := policy.ReasonAllowed, ""
 		switch {
 		case !d.Allow:
@@ -74,7 +74,7 @@ type cutInfo struct {
 // and closes it unless p still allows the request and the upgrade.
 func (x *Proxy) redecideWebSocket(p *policy.Policy, c net.Conn, rq *request) {
 	t := rq.target
-	d := p.DecideRequest(&t, rq.method, "", 0)
+	d := p.DecideRequestAs(&t, rq.identity, rq.method, "", 0)
 	switch {
 	case !d.Allow:
 		x.cutTunnel(c, rq, d.Reason, "closed on reload: the new policy denies its handshake")

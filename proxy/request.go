@@ -52,7 +52,7 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 			return r, x.deny(r, rq, policy.ReasonMethod, "", fmt.Sprintf("%s: %.20s overrides %s", h, v, r.Method))
 		}
 	}
-	rq.d = p.DecideRequest(&rq.target, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
+	rq.d = p.DecideRequestAs(&rq.target, rq.identity, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if isH2C(r) && !rq.d.HighRisk {
 		// Never allowed, whatever the rule decides: refused as such, so
@@ -79,6 +79,9 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		return r, x.deny(r, rq, reason, rq.d.RuleName(), detail)
 	}
 	if resp := x.checkShape(r, rq, p); resp != nil {
+		return r, resp
+	}
+	if resp := x.injectCredential(r, rq, p); resp != nil {
 		return r, resp
 	}
 	if rq.ws {
@@ -179,6 +182,13 @@ func (x *Proxy) checkShape(r *http.Request, rq *request, p *policy.Policy) *http
 	}
 	if ok, why := p.CheckBody(&rq.d, &rq.target, r.Method, r.Header.Get("Content-Type"), body); !ok {
 		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), why)
+	}
+	body, gzipped, err := policy.CheckedBody(r.Header.Get("Content-Type"), body)
+	if err != nil {
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), err.Error())
+	}
+	if gzipped {
+		r.Header.Del("Content-Encoding")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -305,6 +315,7 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 	if detail != "" {
 		help = detail + ": " + help
 	}
+	rq.message = x.Policy().Message(d)
 	return x.deny(r, rq, d.Reason, d.RuleName(), help)
 }
 
@@ -312,7 +323,7 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 func (x *Proxy) deny(r *http.Request, rq *request, reason policy.Reason, rule, detail string) *http.Response {
 	rq.d.Allow = false
 	x.logDecisionReason(r.Context(), rq, reason.Status(), reason, detail, 0, 0)
-	return denyResponse(r, reason, rule, detail, "")
+	return denyResponse(r, reason, rule, detail, rq.message)
 }
 
 func (x *Proxy) logDecision(ctx context.Context, rq *request, status int, detail string, in, out int64) {
@@ -342,6 +353,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 	x.log.LogAttrs(ctx, level, event.Msg,
 		slog.String(event.KeyIdentity, rq.identity),
 		slog.String(event.KeySource, rq.source),
+		slog.String(event.KeyView, d.View),
 		slog.String(event.KeyMethod, rq.method),
 		slog.String(event.KeyHost, host),
 		slog.Int(event.KeyPort, int(rq.target.Port)),

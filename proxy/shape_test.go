@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"bytes"
+	"compress/gzip"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -49,5 +53,46 @@ func TestHeaderBudgetLive(t *testing.T) {
 	}
 	if seen[0].Get("X-Exfil") != "" || seen[0].Get("Cookie") != "" || seen[0].Get("User-Agent") != "pip/24.0" {
 		t.Errorf("mirror forwarded %v", seen[0])
+	}
+}
+
+// TestGitBodyForwardedAsChecked: a gzip upload-pack body was checked
+// inflated but forwarded as sent, so its gzip header (file name, comment,
+// extra field: free bytes up to the body cap) reached the server
+// unchecked. The body forwarded is the one checked.
+func TestGitBodyForwardedAsChecked(t *testing.T) {
+	var got []byte
+	var gotEnc string
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		gotEnc = r.Header.Get("Content-Encoding")
+	}))
+	defer origin.Close()
+	_, port := splitPort(origin.Listener.Addr().String())
+	cfg := "version: 1\nresolver:\n  upstreams: [\"{DNS}\"]\nallow:\n  - name: git\n    hosts: [git.test]\n    cidrs: [127.0.0.0/8]\n    ports: [\"1-65535\"]\n    mirror: git\n"
+	h := newHarness(t, cfg, map[string][]string{"git.test": {"127.0.0.1"}})
+	const plain = "0014command=ls-refs\n0000"
+	const secret = "EXFIL-gzip-header-comment"
+	for _, withEncoding := range []bool{true, false} {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Comment, zw.Name, zw.Extra = secret, secret, []byte(secret)
+		io.WriteString(zw, plain)
+		zw.Close()
+		hdr := map[string]string{"Content-Type": "application/x-git-upload-pack-request"}
+		if withEncoding {
+			hdr["Content-Encoding"] = "gzip"
+		}
+		got, gotEnc = nil, ""
+		resp, body := h.do("POST", "http://git.test:"+port+"/r.git/git-upload-pack", bytes.NewReader(buf.Bytes()), hdr)
+		if resp == nil {
+			t.Fatalf("POST: %s", body)
+		}
+		if resp.StatusCode == 200 && bytes.Contains(got, []byte(secret)) {
+			t.Errorf("Content-Encoding %v: the gzip header's free fields reached the server", withEncoding)
+		}
+		if resp.StatusCode == 200 && (string(got) != plain || gotEnc != "") {
+			t.Errorf("Content-Encoding %v: server got %q (encoding %q), want the checked body %q unencoded", withEncoding, got, gotEnc, plain)
+		}
 	}
 }

@@ -132,7 +132,7 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	}
 	rq.target = t
 	p := x.Policy()
-	rq.d = p.DecideTarget(&t)
+	rq.d = p.DecideTargetAs(&t, rq.identity)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)

@@ -312,3 +312,29 @@ func TestSplicedTunnelIdleTimeout(t *testing.T) {
 	}
 	waitLog(t, h, "without traffic (limits.idle_timeout)")
 }
+
+// TestConnLimitAcrossUserLabels: the slot count was kept per identity as
+// named, and the Proxy-Authorization user names it: one address opened any
+// number of tunnels past conns_per_identity with a new label each. The
+// identity its source address gives is counted too.
+func TestConnLimitAcrossUserLabels(t *testing.T) {
+	h := newHarness(t, testConfig+"limits:\n  conns_per_identity: 2\n", testNames)
+	_, port := splitPort(echoServer(t))
+	open := 0
+	for i := range 4 {
+		c, err := net.Dial("tcp", h.proxyURL.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT ssh.test:%s HTTP/1.1\r\nHost: ssh.test\r\nProxy-Authorization: Basic %s\r\n\r\n", port, basic(fmt.Sprintf("label-%d", i)))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		if strings.HasPrefix(line, "HTTP/1.1 200") {
+			open++
+		}
+	}
+	if open != 2 {
+		t.Errorf("%d tunnels open from one address with changing user labels, want 2 (conns_per_identity)", open)
+	}
+}

@@ -65,8 +65,9 @@ func isH2C(r *http.Request) bool {
 func (x *Proxy) serveUpgrade(w http.ResponseWriter, r *http.Request, rq *request) {
 	rq.relayUpgrade = true
 	r = r.WithContext(context.WithValue(r.Context(), keyDecision, rq))
-	_, resp := x.onRequest(r, &goproxy.ProxyCtx{})
-	if resp == nil && !rq.ws { // cannot happen: onRequest refuses or marks it
+	// r comes back as checked and shaped (header budget, injected credential).
+	r, resp := x.onRequest(r, &goproxy.ProxyCtx{})
+	if resp == nil && !rq.ws { // onRequest refuses or marks it: this cannot happen
 		resp = x.deny(r, rq, policy.ReasonInternal, rq.d.RuleName(), "upgrade neither refused nor allowed")
 	}
 	if resp != nil {

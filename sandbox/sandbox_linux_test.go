@@ -294,6 +294,8 @@ func TestDo(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 64 {
 		wg.Go(func() {
+			// the sleep is the load: it keeps threads inside the namespace
+			// at once, so Do calls overlap (no synchronisation waits on it)
 			sandbox.Do(sbx, func() error { time.Sleep(time.Millisecond); return nil })
 		})
 	}

@@ -59,8 +59,15 @@ type runner struct {
 	token string
 }
 
-// catalog lists every probe the config asks for, in report order.
+// catalog lists every probe the config asks for, in report order: the
+// direct probes first, then those through the proxy.
 func (r *runner) catalog() []probe {
+	return append(r.directProbes(), r.proxiedProbes()...)
+}
+
+// directProbes are the probes that go around the proxy: walls, DNS,
+// metadata.
+func (r *runner) directProbes() []probe {
 	c := &r.c
 	var ps []probe
 	add := func(p probe) { ps = append(ps, p) }
@@ -105,7 +112,15 @@ func (r *runner) catalog() []probe {
 		add(probe{id: "metadata-direct/" + ap.String(), route: "direct tcp to metadata", target: ap.String(), expected: expNoConn, direct: true,
 			run: func(ctx context.Context) outcome { return r.tcp(ctx, ap) }})
 	}
+	return ps
+}
 
+// proxiedProbes are the probes sent through the proxy; each is not run
+// when no proxy address is configured.
+func (r *runner) proxiedProbes() []probe {
+	c := &r.c
+	var ps []probe
+	add := func(p probe) { ps = append(ps, p) }
 	proxied := func(p probe) {
 		if !c.Proxy.IsValid() {
 			p.notRun = "no proxy address configured"

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -89,6 +90,7 @@ func (r *runner) connect(ctx context.Context, hostport string) (resp *response, 
 	}
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: hostport}, Host: hostport,
 		Header: http.Header{"User-Agent": {userAgent}}}
+	setProxyUser(ctx, req.Header)
 	if err := req.Write(c); err != nil {
 		done()
 		return nil, nil, nil, nil, fmt.Errorf("write CONNECT: %w", err)
@@ -134,6 +136,9 @@ func (r *runner) do(ctx context.Context, q Request, verify bool) (*response, err
 		req.Header.Set(k, v)
 	}
 	req.Close = true
+	if u.Scheme == "http" {
+		setProxyUser(ctx, req.Header)
+	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
@@ -215,6 +220,9 @@ func proxyErr(err error) outcome {
 }
 
 func (r *runner) refusedRequest(ctx context.Context, q Request, want string) outcome {
+	if q.ProxyUser != "" {
+		ctx = context.WithValue(ctx, proxyUserKey{}, q.ProxyUser)
+	}
 	resp, err := r.do(ctx, q, false)
 	if err != nil {
 		return proxyErr(err)
@@ -339,4 +347,15 @@ func (r *runner) reachable(ctx context.Context, rawURL string) outcome {
 		return failed(got, "the target answered with a server error")
 	}
 	return pass(got)
+}
+
+type proxyUserKey struct{}
+
+// setProxyUser labels a request to the proxy with the identity a probe
+// speaks for (Proxy-Authorization user, as a sandbox of that identity
+// would), when the probe's context names one.
+func setProxyUser(ctx context.Context, h http.Header) {
+	if u, _ := ctx.Value(proxyUserKey{}).(string); u != "" {
+		h.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u+":egressd-selftest")))
+	}
 }

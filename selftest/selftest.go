@@ -176,6 +176,10 @@ type Request struct {
 	Header map[string]string
 	// Reason, if set, is the X-Egressd-Deny value the refusal must carry.
 	Reason string
+	// ProxyUser, if set, is the Proxy-Authorization user the probe sends:
+	// it speaks for that identity (a rule of another identity must refuse
+	// it).
+	ProxyUser string
 }
 
 const defaultTimeout = 1500 * time.Millisecond

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/egressd/egressd/policy"
@@ -26,6 +27,9 @@ type checkResult struct {
 	HighRisk   bool   `json:"high_risk"`
 	Inspect    bool   `json:"inspect,omitempty"`
 	Error      string `json:"error,omitempty"`
+	Identity   string `json:"identity,omitempty"` // the declared identity whose view applied
+	Message    string `json:"message,omitempty"`  // the operator's text in the 403 body
+	Inject     bool   `json:"inject,omitempty"`   // egressd adds the rule's credential (never shown)
 
 	reason policy.Reason
 }
@@ -36,12 +40,13 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	method := fs.String("method", "GET", "HTTP method of the request (URL targets)")
 	ctype := fs.String("content-type", "", "Content-Type of the request body")
 	asJSON := fs.Bool("json", false, "print the decision as JSON")
+	identity := fs.String("identity", "", "decide in the view of this declared identity (default: a client that is none)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUsage
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: egressd check [--config FILE] [--method M] [--content-type T] [--json] URL|HOST:PORT")
+		fmt.Fprintln(stderr, "usage: egressd check [--config FILE] [--identity ID] [--method M] [--content-type T] [--json] URL|HOST:PORT")
 		return exitUsage
 	}
 	if _, _, err := net.SplitHostPort(pos[0]); err != nil && !strings.Contains(pos[0], "://") {
@@ -54,7 +59,11 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		printConfigError(stderr, err)
 		return exitUsage
 	}
-	res := decide(p, pos[0], *method, *ctype) // as sent: the proxy decides the same method string
+	if *identity != "" && !slices.ContainsFunc(p.Identities, func(id policy.Identity) bool { return id.Name == *identity }) {
+		fmt.Fprintf(stderr, "egressd: check: --identity %q is not declared under identities[] in %s\n", *identity, p.Source)
+		return exitUsage
+	}
+	res := decide(p, pos[0], *identity, *method, *ctype) // as sent: the proxy decides the same method string
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)
@@ -70,7 +79,7 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 // decide runs the offline decision for a URL (absolute form: the request
 // decision) or a host:port (the CONNECT decision).
-func decide(p *policy.Policy, target, method, ctype string) checkResult {
+func decide(p *policy.Policy, target, identity, method, ctype string) checkResult {
 	var t policy.Target
 	var err error
 	isURL := strings.Contains(target, "://")
@@ -84,14 +93,15 @@ func decide(p *policy.Policy, target, method, ctype string) checkResult {
 	}
 	var d policy.Decision
 	if isURL {
-		d = p.DecideRequest(&t, method, ctype, 0)
+		d = p.DecideRequestAs(&t, identity, method, ctype, 0)
 	} else {
-		d = p.DecideTarget(&t)
+		d = p.DecideTargetAs(&t, identity)
 	}
 	res := checkResult{
 		Decision: "deny", Rule: d.RuleName(), Reason: d.Reason.String(), Detail: d.Detail,
 		PageType: d.PageType.String(), PageSignal: d.PageSignal, Host: d.Host,
 		HighRisk: d.HighRisk, Inspect: d.Inspect, reason: d.Reason,
+		Identity: d.View, Message: p.Message(&d), Inject: d.InjectFor() != nil,
 	}
 	if d.Allow {
 		res.Decision = "allow"
@@ -107,7 +117,14 @@ func printCheck(w io.Writer, r checkResult) {
 	if r.Addr != "" {
 		fmt.Fprintf(w, "\taddr=%s", r.Addr)
 	}
-	fmt.Fprintf(w, "\thigh_risk=%v\n", r.HighRisk)
+	fmt.Fprintf(w, "\thigh_risk=%v", r.HighRisk)
+	if r.Identity != "" {
+		fmt.Fprintf(w, "\tidentity=%s", r.Identity)
+	}
+	if r.Inject {
+		fmt.Fprintf(w, "\tinject=yes")
+	}
+	fmt.Fprintln(w)
 	if r.Detail != "" {
 		fmt.Fprintf(w, "  detail: %s\n", r.Detail)
 	}
@@ -116,6 +133,9 @@ func printCheck(w io.Writer, r checkResult) {
 	}
 	if r.Decision == "deny" {
 		fmt.Fprintf(w, "  %s\n", r.reason.Help())
+	}
+	if r.Message != "" {
+		fmt.Fprintf(w, "  message: %s\n", r.Message)
 	}
 }
 

@@ -30,9 +30,16 @@ commands:
             [--audit-log FILE] [--log-level L] [--no-selftest]
                                                 run the proxy, DNS filter and admin endpoint
   run       [--config FILE] -- CMD [ARGS]       run CMD in a sealed sandbox namespace (root)
-  check     [--config FILE] [--method M] [--content-type T] [--json] TARGET
+  check     [--config FILE] [--identity ID] [--method M] [--content-type T] [--json] TARGET
                                                 the decision for a URL or host:port, offline
   validate  [--config FILE]                     check a config; errors name file:line:field
+  suggest   --log FILE [--identity ID]          propose rules from a trial run's denials (prints only)
+  replay    [--config FILE] --log FILE [--fail-on-loosen]
+                                                what a policy would decide differently on logged traffic
+                                                (exit 1 when anything changes, or with --fail-on-loosen
+                                                only when something denied becomes allowed)
+  init      --preset P,... [--sandbox local|docker|kubernetes] [--uid N] [--out FILE]
+                                                write a commented starting config
   selftest  [--config FILE] [--json] [--state-dir DIR]
                                                 run the escape probes
   nft       apply|show|down [--config FILE]     the kernel walls

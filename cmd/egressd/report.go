@@ -95,7 +95,7 @@ type decisionLog struct {
 	lines, decisions, allowed, skipped int
 	first, last                        time.Time
 	highRisk                           []decision
-	denials                            map[[2]string]int // reason, host → count
+	denials                            map[[3]string]int // reason, host, identity → count
 }
 
 func readDecisionLog(path string) (*decisionLog, error) {
@@ -104,7 +104,7 @@ func readDecisionLog(path string) (*decisionLog, error) {
 		return nil, fmt.Errorf("open decision log: %w", err)
 	}
 	defer f.Close()
-	dl := &decisionLog{denials: map[[2]string]int{}}
+	dl := &decisionLog{denials: map[[3]string]int{}}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, maxLogLineSize)
 	for sc.Scan() {
@@ -131,7 +131,7 @@ func readDecisionLog(path string) (*decisionLog, error) {
 			dl.allowed++
 			continue
 		}
-		dl.denials[[2]string{d.Reason, d.Host}]++
+		dl.denials[[3]string{d.Reason, d.Host, d.Identity}]++
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read decision log %s: %w", path, err)
@@ -219,7 +219,7 @@ func writePolicy(w io.Writer, p *policy.Policy) {
 	}
 	fmt.Fprintf(w, ".\n- High-risk (never allowed, every spelling): %d address blocks and the built-in metadata, console and registry-upload names.\n", len(p.HighRiskPrefixes()))
 	fmt.Fprintf(w, "- Default: deny. %d allow rules, first match wins:\n\n", len(p.Rules))
-	fmt.Fprintf(w, "| rule | hosts | cidrs | ports | pages | methods | paths | mirror | tls |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| rule | identities | hosts | cidrs | ports | pages | methods | paths | mirror | tls | inject |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range p.Rules {
 		pages := r.Pages.String()
 		if r.AllPages {
@@ -229,8 +229,12 @@ func writePolicy(w io.Writer, p *policy.Policy) {
 		for i, c := range r.CIDRs {
 			cidrs[i] = c.String()
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %v |\n", md(r.Name), md(strings.Join(r.Hosts.Strings(), ", ")), md(strings.Join(cidrs, ", ")),
-			portRanges(r), pages, md(strings.Join(r.Methods, ", ")), md(strings.Join(r.Paths, ", ")), orDash(r.Mirror.String()), r.TLS)
+		ids := "all"
+		if len(r.Identities) > 0 {
+			ids = strings.Join(r.Identities, ", ")
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %v | %s |\n", md(r.Name), md(ids), md(strings.Join(r.Hosts.Strings(), ", ")), md(strings.Join(cidrs, ", ")),
+			portRanges(r), pages, md(strings.Join(r.Methods, ", ")), md(strings.Join(r.Paths, ", ")), orDash(r.Mirror.String()), r.TLS, md(injectSummary(r.Inject)))
 	}
 	st := &p.Selftest
 	fmt.Fprintf(w, "\nSelf-test: every %v, %v per probe; %d TCP, %d UDP, %d IPv6 and %d resolver targets, %d metadata addresses, canary name `%s`, canary URL `%s`, %d positive controls.\n\n",
@@ -324,20 +328,32 @@ func writeDecisions(w io.Writer, dl *decisionLog, file string) {
 	}
 	if len(dl.denials) > 0 {
 		type row struct {
-			reason, host string
-			n            int
+			reason, host, identity string
+			n                      int
 		}
 		var rows []row
 		for k, n := range dl.denials {
-			rows = append(rows, row{k[0], k[1], n})
+			rows = append(rows, row{k[0], k[1], k[2], n})
 		}
 		slices.SortFunc(rows, func(a, b row) int {
-			return cmp.Or(b.n-a.n, strings.Compare(a.reason, b.reason), strings.Compare(a.host, b.host))
+			return cmp.Or(b.n-a.n, strings.Compare(a.reason, b.reason), strings.Compare(a.host, b.host), strings.Compare(a.identity, b.identity))
 		})
-		fmt.Fprintf(w, "### Denials by reason and host (top %d of %d)\n\n| reason | host | count |\n|---|---|---|\n", min(reportDenials, len(rows)), len(rows))
+		fmt.Fprintf(w, "### Denials by reason, host and identity (top %d of %d)\n\n| reason | host | identity | count |\n|---|---|---|---|\n", min(reportDenials, len(rows)), len(rows))
 		for _, r := range rows[:min(reportDenials, len(rows))] {
-			fmt.Fprintf(w, "| %s | %s | %d |\n", md(r.reason), md(r.host), r.n)
+			fmt.Fprintf(w, "| %s | %s | %s | %d |\n", md(r.reason), md(r.host), md(orDash(r.identity)), r.n)
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// injectSummary says which header egressd adds from which file; the
+// secret itself is never read here.
+func injectSummary(in *policy.Inject) string {
+	switch {
+	case in == nil:
+		return "-"
+	case in.BasicUser != "":
+		return fmt.Sprintf("Authorization: Basic %s:<%s>", in.BasicUser, in.File)
+	}
+	return fmt.Sprintf("%s: %s<%s>", in.Header, in.Prefix, in.File)
 }

@@ -486,7 +486,7 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 			}
 		}
 	}
-	return out
+	return append(out, identityProbes(p)...)
 }
 
 // probeEnv is where the probes run and how they reach the proxy and the

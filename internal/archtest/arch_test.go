@@ -44,7 +44,10 @@ var allowed = map[string][]string{
 	"audit":           {"event"},
 	"selftest":        {},
 	"event":           {},
-	"proxy":           {"policy", "event"},
+	"proxy":           {"policy", "event", "inject"},
+	"inject":          {"policy"},          // secrets of inject rules: reads files, nothing else
+	"presets":         {"policy"},          // writes a config, checked by the parser
+	"suggest":         {"policy", "event"}, // reads decision logs and prints: never changes a config
 	"dnsfilter":       {"policy"},
 	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft"},
 	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox"},

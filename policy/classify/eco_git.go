@@ -35,59 +35,18 @@ func gitKnownWrites(r *Request, p *pgPath, q *pgQuery, safe bool) (PageType, str
 func checkGit(c *mirrorCheck) MirrorVerdict {
 	s := c.segs()
 	n := len(s)
-	for i, x := range s {
-		if x == "git-receive-pack" {
-			return mdeny("git push: git-receive-pack")
-		}
-		if x == "lfs" && i+1 < n && s[i+1] == "locks" {
-			return mdeny("git lfs locks: info/lfs/locks")
-		}
+	if why := gitWritePath(s); why != "" {
+		return mdeny(why)
 	}
 	if c.p.dir || n < 2 {
 		return mdeny("git: path outside download grammar")
 	}
-	var repo []string
-	switch {
-	case n >= 3 && s[n-2] == "info" && s[n-1] == "refs":
-		repo = s[:n-2]
-		if reason := gitRefsQuery(c.r.Query); reason != "" {
-			return mdeny(reason)
-		}
-		if !c.read {
-			return mdeny(methodReason(c.r.Method))
-		}
-	case s[n-1] == "git-upload-pack":
-		repo = s[:n-1]
-		if v := gitPost(c, uploadPackType, uploadPackBodyCap); !v.Allow {
-			return v
-		}
-	case n >= 5 && s[n-4] == "info" && s[n-3] == "lfs" && s[n-2] == "objects" && s[n-1] == "batch":
-		repo = s[:n-4]
-		if v := gitPost(c, lfsType, lfsBatchBodyCap); !v.Allow {
-			return v
-		}
-	case n >= 5 && s[n-4] == "info" && s[n-3] == "lfs" && s[n-2] == "objects" && isLowerHex(s[n-1], 64),
-		n >= 4 && s[n-3] == "gitlab-lfs" && s[n-2] == "objects" && isLowerHex(s[n-1], 64):
-		if !c.read {
-			return mdeny("git lfs upload: PUT object")
-		}
-		if c.r.Query != "" {
-			return mdeny(rNoQuery)
-		}
-		repo = s[:n-3]
-		if s[n-3] == "lfs" {
-			repo = s[:n-4]
-		}
-	default:
-		return mdeny("git: path outside download grammar")
+	repo, v := gitEndpoint(c, s)
+	if !v.Allow {
+		return v
 	}
-	if len(repo) == 0 || len(repo) > 8 {
+	if !gitRepoPath(repo) {
 		return mdeny("git: path outside download grammar")
-	}
-	for _, x := range repo {
-		if !csGitSeg.span(x, 100) {
-			return mdeny("git: path outside download grammar")
-		}
 	}
 	if c.read {
 		return mallow
@@ -96,6 +55,67 @@ func checkGit(c *mirrorCheck) MirrorVerdict {
 		return MirrorVerdict{Allow: true, BodyCap: lfsBatchBodyCap}
 	}
 	return MirrorVerdict{Allow: true, BodyCap: uploadPackBodyCap}
+}
+
+// gitWritePath names a push or an LFS lock anywhere in the path, or
+// returns "".
+func gitWritePath(s []string) string {
+	for i, x := range s {
+		if x == "git-receive-pack" {
+			return "git push: git-receive-pack"
+		}
+		if x == "lfs" && i+1 < len(s) && s[i+1] == "locks" {
+			return "git lfs locks: info/lfs/locks"
+		}
+	}
+	return ""
+}
+
+// gitEndpoint checks the protocol endpoint that ends s (ref discovery,
+// upload-pack, the LFS batch or an LFS object) and returns the repository
+// path before it, with an allowing verdict, or the deny.
+func gitEndpoint(c *mirrorCheck, s []string) (repo []string, v MirrorVerdict) {
+	n := len(s)
+	switch {
+	case n >= 3 && s[n-2] == "info" && s[n-1] == "refs":
+		if reason := gitRefsQuery(c.r.Query); reason != "" {
+			return nil, mdeny(reason)
+		}
+		if !c.read {
+			return nil, mdeny(methodReason(c.r.Method))
+		}
+		return s[:n-2], mallow
+	case s[n-1] == "git-upload-pack":
+		return s[:n-1], gitPost(c, uploadPackType, uploadPackBodyCap)
+	case n >= 5 && s[n-4] == "info" && s[n-3] == "lfs" && s[n-2] == "objects" && s[n-1] == "batch":
+		return s[:n-4], gitPost(c, lfsType, lfsBatchBodyCap)
+	case n >= 5 && s[n-4] == "info" && s[n-3] == "lfs" && s[n-2] == "objects" && isLowerHex(s[n-1], 64),
+		n >= 4 && s[n-3] == "gitlab-lfs" && s[n-2] == "objects" && isLowerHex(s[n-1], 64):
+		if !c.read {
+			return nil, mdeny("git lfs upload: PUT object")
+		}
+		if c.r.Query != "" {
+			return nil, mdeny(rNoQuery)
+		}
+		if s[n-3] == "lfs" {
+			return s[:n-4], mallow
+		}
+		return s[:n-3], mallow
+	}
+	return nil, mdeny("git: path outside download grammar")
+}
+
+// gitRepoPath reports whether repo is 1 to 8 plain segments.
+func gitRepoPath(repo []string) bool {
+	if len(repo) == 0 || len(repo) > 8 {
+		return false
+	}
+	for _, x := range repo {
+		if !csGitSeg.span(x, 100) {
+			return false
+		}
+	}
+	return true
 }
 
 // gitRefsQuery allows exactly service=git-upload-pack. The same GET with

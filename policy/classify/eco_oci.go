@@ -46,24 +46,8 @@ func checkOCI(c *mirrorCheck) MirrorVerdict {
 	if n == 0 || s[0] != "v2" {
 		return mdeny("oci: path outside download grammar")
 	}
-	if n >= 3 && s[n-2] == "blobs" && s[n-1] == "uploads" {
-		return mdeny("oci blob upload: POST /v2/<name>/blobs/uploads/")
-	}
-	if n >= 4 && s[n-3] == "blobs" && s[n-2] == "uploads" {
-		if c.read {
-			// end-13: reading an upload's status is part of a push.
-			return mdeny("oci blob upload status: GET /v2/<name>/blobs/uploads/<ref>")
-		}
-		return mdeny("oci blob upload: PATCH/PUT /v2/<name>/blobs/uploads/<ref>")
-	}
-	if !c.read {
-		if n >= 4 && s[n-2] == "manifests" && c.r.Method == "PUT" {
-			return mdeny("oci manifest push: PUT /v2/<name>/manifests/<ref>")
-		}
-		if n >= 4 && (s[n-2] == "manifests" || s[n-2] == "blobs") && c.r.Method == "DELETE" {
-			return mdeny("oci delete: DELETE /v2/<name>/...")
-		}
-		return mdeny(methodReason(c.r.Method))
+	if why := ociWrite(c, s); why != "" {
+		return mdeny(why)
 	}
 	if n == 1 && c.p.dir {
 		if c.r.Query != "" {
@@ -74,29 +58,56 @@ func checkOCI(c *mirrorCheck) MirrorVerdict {
 	if n < 4 || c.p.dir || !isOCIName(s[1:n-2]) {
 		return mdeny("oci: path outside download grammar")
 	}
-	ref, q := s[n-1], c.r.Query
-	switch s[n-2] {
-	case "manifests":
-		if q == "" && (isOCIDigest(ref) || isOCITag(ref)) {
-			return mallow
-		}
-	case "blobs":
-		if q == "" && isOCIDigest(ref) {
-			return mallow
-		}
-	case "tags":
-		if ref == "list" && ociTagsQuery(q) {
-			return mallow
-		}
-	case "referrers":
-		if isOCIDigest(ref) && ociReferrersQuery(q) {
-			return mallow
-		}
+	if ociObject(s[n-2], s[n-1], c.r.Query) {
+		return mallow
 	}
-	if q != "" {
+	if c.r.Query != "" {
 		return mdeny(rNoQuery)
 	}
 	return mdeny("oci: path outside download grammar")
+}
+
+// ociWrite names the push endpoint s under /v2/ is, or the method a write
+// uses; "" for a read of anything but an upload.
+func ociWrite(c *mirrorCheck, s []string) string {
+	n := len(s)
+	if n >= 3 && s[n-2] == "blobs" && s[n-1] == "uploads" {
+		return "oci blob upload: POST /v2/<name>/blobs/uploads/"
+	}
+	if n >= 4 && s[n-3] == "blobs" && s[n-2] == "uploads" {
+		if c.read {
+			// end-13: reading an upload's status is part of a push.
+			return "oci blob upload status: GET /v2/<name>/blobs/uploads/<ref>"
+		}
+		return "oci blob upload: PATCH/PUT /v2/<name>/blobs/uploads/<ref>"
+	}
+	if c.read {
+		return ""
+	}
+	if n >= 4 && s[n-2] == "manifests" && c.r.Method == "PUT" {
+		return "oci manifest push: PUT /v2/<name>/manifests/<ref>"
+	}
+	if n >= 4 && (s[n-2] == "manifests" || s[n-2] == "blobs") && c.r.Method == "DELETE" {
+		return "oci delete: DELETE /v2/<name>/..."
+	}
+	return methodReason(c.r.Method)
+}
+
+// ociObject reports whether /v2/<name>/<kind>/<ref>?<q> is a read: a
+// manifest or blob by reference, the tag list, or the referrers of a
+// digest.
+func ociObject(kind, ref, q string) bool {
+	switch kind {
+	case "manifests":
+		return q == "" && (isOCIDigest(ref) || isOCITag(ref))
+	case "blobs":
+		return q == "" && isOCIDigest(ref)
+	case "tags":
+		return ref == "list" && ociTagsQuery(q)
+	case "referrers":
+		return isOCIDigest(ref) && ociReferrersQuery(q)
+	}
+	return false
 }
 
 // checkOCIToken allows GET /token with pull-only scopes: a

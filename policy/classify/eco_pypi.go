@@ -31,19 +31,11 @@ func pypiKnownWrites(r *Request, p *pgPath, _ *pgQuery, safe bool) (PageType, st
 
 func checkPyPI(c *mirrorCheck) MirrorVerdict {
 	s := c.segs()
-	n := len(s)
-	if n > 0 {
-		switch s[0] {
-		case "legacy":
-			return mdeny("pypi upload: POST /legacy/")
-		case "_":
-			return mdeny("pypi trusted-publishing token: /_/oidc/")
-		case "account", "manage":
-			return mdeny("pypi account: /account/ and /manage/ pages")
-		}
+	if why := pypiWritePath(s); why != "" {
+		return mdeny(why)
 	}
 	if !c.read {
-		if n == 1 && s[0] == "pypi" {
+		if len(s) == 1 && s[0] == "pypi" {
 			return mdeny("pypi xml-rpc: POST /pypi")
 		}
 		return mdeny(methodReason(c.r.Method))
@@ -51,24 +43,45 @@ func checkPyPI(c *mirrorCheck) MirrorVerdict {
 	if c.r.Query != "" {
 		return mdeny(rNoQuery)
 	}
-	if n > 0 {
-		switch s[0] {
-		case "simple":
-			if n == 1 && c.p.dir || n == 2 && isPEP503(s[1]) {
-				return mallow
-			}
-		case "pypi":
-			if !c.p.dir && n >= 3 && csPyName.span(s[1], 128) &&
-				(n == 3 && s[2] == "json" || n == 4 && csPyVer.span(s[2], 64) && s[3] == "json") {
-				return mallow
-			}
-		case "packages":
-			if n == 5 && !c.p.dir && csPyFile.span(s[4], 200) && pypiFileDirs(s[1], s[2], s[3]) {
-				return mallow
-			}
-		}
+	if pypiReadPath(s, c.p.dir) {
+		return mallow
 	}
 	return mdeny("pypi: path outside download grammar")
+}
+
+// pypiWritePath names the upload, token and account trees, or returns "".
+func pypiWritePath(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	switch s[0] {
+	case "legacy":
+		return "pypi upload: POST /legacy/"
+	case "_":
+		return "pypi trusted-publishing token: /_/oidc/"
+	case "account", "manage":
+		return "pypi account: /account/ and /manage/ pages"
+	}
+	return ""
+}
+
+// pypiReadPath reports whether s (a directory if dir) is the simple index,
+// a project's JSON or a distribution file.
+func pypiReadPath(s []string, dir bool) bool {
+	n := len(s)
+	if n == 0 {
+		return false
+	}
+	switch s[0] {
+	case "simple":
+		return n == 1 && dir || n == 2 && isPEP503(s[1])
+	case "pypi":
+		return !dir && n >= 3 && csPyName.span(s[1], 128) &&
+			(n == 3 && s[2] == "json" || n == 4 && csPyVer.span(s[2], 64) && s[3] == "json")
+	case "packages":
+		return n == 5 && !dir && csPyFile.span(s[4], 200) && pypiFileDirs(s[1], s[2], s[3])
+	}
+	return false
 }
 
 // isPEP503 reports whether s is a normalized project name: [a-z0-9]+(-[a-z0-9]+)*.

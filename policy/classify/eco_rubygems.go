@@ -37,21 +37,8 @@ func rubygemsKnownWrites(r *Request, p *pgPath, _ *pgQuery, safe bool) (PageType
 func checkRubyGems(c *mirrorCheck) MirrorVerdict {
 	s := c.segs()
 	n := len(s)
-	if n >= 3 && s[0] == "api" && s[1] == "v1" {
-		switch {
-		case s[2] == "api_key" || strings.HasPrefix(s[2], "api_key."):
-			return mdeny("rubygems api_key fetch: GET /api/v1/api_key")
-		case s[2] == "gems" && n == 3 && !c.read:
-			return mdeny("rubygems push: POST /api/v1/gems")
-		case s[2] == "gems" && n == 4 && s[3] == "yank":
-			return mdeny("rubygems yank: DELETE /api/v1/gems/yank")
-		case s[2] == "gems" && n == 5 && strings.HasPrefix(s[4], "owners"):
-			return mdeny("rubygems owner change: /api/v1/gems/<name>/owners")
-		case s[2] == "web_hooks":
-			return mdeny("rubygems webhook: /api/v1/web_hooks")
-		case s[2] == "oidc":
-			return mdeny("rubygems trusted-publishing token: /api/v1/oidc/")
-		}
+	if why := rubyGemsAPIWrite(s, c.read); why != "" {
+		return mdeny(why)
 	}
 	if !c.read {
 		return mdeny(methodReason(c.r.Method))
@@ -65,28 +52,57 @@ func checkRubyGems(c *mirrorCheck) MirrorVerdict {
 	if c.r.Query != "" {
 		return mdeny(rNoQuery)
 	}
-	if !c.p.dir {
-		switch {
-		case n == 1:
-			switch s[0] {
-			case "versions", "names",
-				"specs.4.8", "specs.4.8.gz", "latest_specs.4.8", "latest_specs.4.8.gz",
-				"prerelease_specs.4.8", "prerelease_specs.4.8.gz":
-				return mallow
-			}
-		case n == 2 && s[0] == "info" && csGem.span(s[1], 100):
-			return mallow
-		case n == 2 && s[0] == "gems":
-			if g, ok := strings.CutSuffix(s[1], ".gem"); ok && csGem.span(g, 150) {
-				return mallow
-			}
-		case n == 3 && s[0] == "quick" && s[1] == "Marshal.4.8":
-			if g, ok := strings.CutSuffix(s[2], ".gemspec.rz"); ok && csGem.span(g, 150) {
-				return mallow
-			}
-		}
+	if !c.p.dir && rubyGemsFile(s) {
+		return mallow
 	}
 	return mdeny("rubygems: path outside download grammar")
+}
+
+// rubyGemsAPIWrite names the /api/v1/ key, push, yank, owner, webhook and
+// token endpoints s is, or returns "".
+func rubyGemsAPIWrite(s []string, read bool) string {
+	n := len(s)
+	if n < 3 || s[0] != "api" || s[1] != "v1" {
+		return ""
+	}
+	switch {
+	case s[2] == "api_key" || strings.HasPrefix(s[2], "api_key."):
+		return "rubygems api_key fetch: GET /api/v1/api_key"
+	case s[2] == "gems" && n == 3 && !read:
+		return "rubygems push: POST /api/v1/gems"
+	case s[2] == "gems" && n == 4 && s[3] == "yank":
+		return "rubygems yank: DELETE /api/v1/gems/yank"
+	case s[2] == "gems" && n == 5 && strings.HasPrefix(s[4], "owners"):
+		return "rubygems owner change: /api/v1/gems/<name>/owners"
+	case s[2] == "web_hooks":
+		return "rubygems webhook: /api/v1/web_hooks"
+	case s[2] == "oidc":
+		return "rubygems trusted-publishing token: /api/v1/oidc/"
+	}
+	return ""
+}
+
+// rubyGemsFile reports whether s is a compact or legacy index file, a gem
+// or a gemspec.
+func rubyGemsFile(s []string) bool {
+	switch n := len(s); {
+	case n == 1:
+		switch s[0] {
+		case "versions", "names",
+			"specs.4.8", "specs.4.8.gz", "latest_specs.4.8", "latest_specs.4.8.gz",
+			"prerelease_specs.4.8", "prerelease_specs.4.8.gz":
+			return true
+		}
+	case n == 2 && s[0] == "info":
+		return csGem.span(s[1], 100)
+	case n == 2 && s[0] == "gems":
+		g, ok := strings.CutSuffix(s[1], ".gem")
+		return ok && csGem.span(g, 150)
+	case n == 3 && s[0] == "quick" && s[1] == "Marshal.4.8":
+		g, ok := strings.CutSuffix(s[2], ".gemspec.rz")
+		return ok && csGem.span(g, 150)
+	}
+	return false
 }
 
 // gemsQuery accepts an empty query (Bundler's probe) or one gems= list.

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -79,19 +82,9 @@ var v0Capabilities = map[string]bool{
 // v0/v1 want/have/done, v2 command=..., capabilities and arguments; git
 // gzips bodies over 1 KiB.
 func checkUploadPackBody(body []byte) (bool, string) {
-	if len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err != nil {
-			return false, "git-upload-pack body: bad gzip"
-		}
-		plain, err := io.ReadAll(io.LimitReader(zr, uploadPackInflatedCap+1))
-		if err != nil {
-			return false, "git-upload-pack body: bad gzip"
-		}
-		if len(plain) > uploadPackInflatedCap {
-			return false, "git-upload-pack body: inflated body over cap"
-		}
-		body = plain
+	body, why := inflated(body)
+	if why != "" {
+		return false, "git-upload-pack body: " + why
 	}
 	if len(body) == 0 {
 		return false, "git-upload-pack body: empty"
@@ -123,6 +116,10 @@ func checkUploadPackBody(body []byte) (bool, string) {
 		if !ok {
 			return false, "git-upload-pack body: unexpected line"
 		}
+		if kind == wantKind && counts[kind] > 0 && bytes.Count(line, []byte(" ")) > 1 {
+			// git sends capabilities after the first want only
+			return false, "git-upload-pack body: capabilities after a later want"
+		}
 		c := uploadPackCaps[pktKinds[kind]]
 		counts[kind]++
 		if len(line) > c.size {
@@ -134,6 +131,66 @@ func checkUploadPackBody(body []byte) (bool, string) {
 	}
 	return true, ""
 }
+
+// inflated returns a gzip body inflated (at most uploadPackInflatedCap
+// bytes), any other body as it is, or why it cannot.
+func inflated(body []byte) ([]byte, string) {
+	if !isGzip(body) {
+		return body, ""
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, "bad gzip"
+	}
+	plain, err := io.ReadAll(io.LimitReader(zr, uploadPackInflatedCap+1))
+	if err != nil {
+		return nil, "bad gzip"
+	}
+	if len(plain) > uploadPackInflatedCap {
+		return nil, "inflated body over cap"
+	}
+	return plain, ""
+}
+
+// CheckedBody returns a body a check passed in the one spelling of what
+// the check read: a gzip body inflated (gzipped reports that it was), a
+// JSON body re-encoded compact (keys sorted, strings without needless
+// escapes). Forward this, not the body as sent: a gzip header's name,
+// comment and extra fields, a deflate encoding's choices, and JSON's
+// whitespace and \u escapes are bytes no check reads.
+func CheckedBody(contentType string, body []byte) (plain []byte, gzipped bool, err error) {
+	plain, why := inflated(body)
+	if why != "" {
+		return nil, false, fmt.Errorf("request body: %s", why)
+	}
+	if strings.HasSuffix(strings.ToLower(mediaType(contentType)), "json") {
+		if plain, err = canonicalJSON(plain); err != nil {
+			return nil, false, fmt.Errorf("request body: %w", err)
+		}
+	}
+	return plain, isGzip(body), nil
+}
+
+func canonicalJSON(body []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after JSON")
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+}
+
+func isGzip(body []byte) bool { return len(body) >= 2 && body[0] == 0x1f && body[1] == 0x8b }
 
 // pktKinds indexes uploadPackCaps for counting without a map per request.
 var pktKinds, pktKindIndex = func() ([]string, map[string]int) {
@@ -147,6 +204,8 @@ var pktKinds, pktKindIndex = func() ([]string, map[string]int) {
 	}
 	return kinds, idx
 }()
+
+var wantKind = pktKindIndex["want"]
 
 // uploadPackLine returns the kind of a valid line.
 func uploadPackLine(line []byte) (int, bool) {
@@ -201,15 +260,20 @@ func uploadPackLine(line []byte) (int, bool) {
 var csAgent = mkCharset("A-Za-z0-9._/+:-")
 
 // v0CapList checks the capabilities after the first want: known words and
-// agent=, object-format=, session-id= with short values.
+// agent=, object-format=, session-id= with short values, each once.
 func v0CapList(caps []byte) bool {
 	n := 0
+	var seen [32]string
 	for cp := range bytes.SplitSeq(caps, []byte(" ")) {
-		n++
-		if n > 32 {
+		if n == len(seen) {
 			return false
 		}
 		k, v, hasV := strings.Cut(string(cp), "=")
+		if slices.Contains(seen[:n], k) {
+			return false // each capability once
+		}
+		seen[n] = k
+		n++
 		switch {
 		case !hasV && v0Capabilities[k]:
 		case hasV && (k == "agent" || k == "session-id") && csAgent.span(v, 64):

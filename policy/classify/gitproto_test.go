@@ -2,9 +2,11 @@ package classify
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +47,11 @@ func TestUploadPackCaps(t *testing.T) {
 		{"filter free text", pkt("command=fetch", "0001", "want "+oid, "filter blob:none:"+blob[:40], "done", "0000"), false},
 		{"v2 fetch", pkt("command=fetch", "agent=git/2.39.5", "object-format=sha1", "0001", "thin-pack", "ofs-delta", "want "+oid, "have "+oid, "filter blob:limit=1m", "done", "0000"), true},
 		{"v2 ls-refs", pkt("command=ls-refs", "agent=git/2.39.5", "0001", "peel", "symrefs", "unborn", "ref-prefix HEAD", "ref-prefix refs/heads/", "ref-prefix refs/tags/", "0000"), true},
+		// Capabilities ride on the first v0 want only, each once: on every
+		// want line, agent= values made the whole body free text.
+		{"caps on every want", pkt("want "+oid+" agent=git/"+blob[:60], "want "+oid+" agent=git/"+blob[60:120], "want "+oid+" agent=git/"+blob[120:180], "0000", "done"), false},
+		{"one agent cap repeated", pkt("want "+oid+" agent=a"+blob[:60]+" agent=b"+blob[60:120]+" session-id="+blob[120:180]+" session-id="+blob[180:240], "0000", "done"), false},
+		{"two wants, caps on the first", pkt("want "+oid+" ofs-delta agent=git/2.39.5", "want "+oid, "0000", "done"), true},
 		{"v0 want with caps", pkt("want "+oid+" multi_ack_detailed no-done side-band-64k thin-pack ofs-delta deepen-since deepen-not agent=git/2.39.5", "0000", "have "+oid, "done"), true},
 	}
 	for _, c := range cases {
@@ -181,5 +188,48 @@ func FuzzLFSBatch(f *testing.F) {
 				t.Fatalf("accepted transfer of %d bytes", len(tr))
 			}
 		}
+		// what is forwarded passes the same check
+		fwd, _, err := CheckedBody(lfsType, body)
+		if err != nil {
+			t.Fatalf("accepted body cannot be forwarded: %v", err)
+		}
+		if ok, why := checkLFSBatch(fwd); !ok {
+			t.Fatalf("forwarded spelling %q of accepted %q fails the check: %s", fwd, body, why)
+		}
 	})
+}
+
+// TestCheckedBodyCanonical: what is forwarded is what was checked, in one
+// spelling. A JSON body's whitespace between tokens and \u escapes inside
+// strings are choices the checks never see: an LFS batch of 64 KiB carried
+// about 16 KiB in its whitespace alone. A gzip body is forwarded inflated.
+func TestCheckedBodyCanonical(t *testing.T) {
+	oid := strings.Repeat("a", 64)
+	ws := strings.Repeat(" \t\r\n", 200)
+	lfs := `{` + ws + `"operation"` + ws + `:"\u0064ownload","objects":[{"oid":"\u0061` + oid[1:] + `","size":` + ws + `12}]}`
+	if ok, why := checkLFSBatch([]byte(lfs)); !ok {
+		t.Fatalf("test body refused: %s", why)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Comment = "exfil"
+	io.WriteString(zw, "0014command=ls-refs\n0000")
+	zw.Close()
+	cases := []struct {
+		name, ctype string
+		body        []byte
+		want        string
+		gzipped     bool
+	}{
+		{"lfs batch", lfsType, []byte(lfs), `{"objects":[{"oid":"` + oid + `","size":12}],"operation":"download"}`, false},
+		{"jira search", "Application/JSON; charset=utf-8", []byte(`{ "jql" : "project = \u0041" , "startAt" : 0 }`), `{"jql":"project = A","startAt":0}`, false},
+		{"gzip upload-pack", uploadPackType, gz.Bytes(), "0014command=ls-refs\n0000", true},
+		{"plain upload-pack", uploadPackType, []byte("0014command=ls-refs\n0000"), "0014command=ls-refs\n0000", false},
+	}
+	for _, c := range cases {
+		got, gzipped, err := CheckedBody(c.ctype, c.body)
+		if err != nil || string(got) != c.want || gzipped != c.gzipped {
+			t.Errorf("%s: CheckedBody = %q, gzipped %v, %v; want %q, gzipped %v", c.name, got, gzipped, err, c.want, c.gzipped)
+		}
+	}
 }

@@ -137,150 +137,201 @@ func ClassifyPage(r *Request) (PageType, string) {
 		return t, why
 	}
 
-	label := r.Host
-	if i := strings.IndexByte(label, '.'); i >= 0 {
-		label = label[:i]
+	d := pgDecision{r: r, p: p, q: q, safe: safe, label: r.Host}
+	if i := strings.IndexByte(d.label, '.'); i >= 0 {
+		d.label = d.label[:i]
 	}
-	hr := pgHostLabels[label]
-	var s pgSignals
-	if !hr.content && !pgContentHosts[r.Host] {
-		s.walk(p, r.Host, safe)
-	} else if len(p.segs) > 0 {
+	d.hr = pgHostLabels[d.label]
+	if t, why := d.gather(); why != "" {
+		return t, why
+	}
+	return d.decide()
+}
+
+// pgDecision is one request on its way through ClassifyPage's rules: the
+// parsed request, its host rule and the signals of its path and query.
+type pgDecision struct {
+	r     *Request
+	p     *pgPath
+	q     *pgQuery
+	safe  bool
+	label string // the host's first label
+	hr    pgHostRule
+	s     pgSignals
+}
+
+// gather collects the path signals, unless the host is a content host;
+// there only an account function as the first segment decides, returned
+// at once.
+func (d *pgDecision) gather() (PageType, string) {
+	if !d.hr.content && !pgContentHosts[d.r.Host] {
+		d.s.walk(d.p, d.r.Host, d.safe)
+	} else if len(d.p.segs) > 0 {
 		// Content hosts name topics in their paths, but a first segment
 		// that is an account function is that function there too: an
 		// allowed docs host must not become a way to a login page.
-		if rule, ok := pgContentHostFirst[string(p.low(0))]; ok {
+		if rule, ok := pgContentHostFirst[string(d.p.low(0))]; ok {
 			return rule.page, rule.why
 		}
 	}
-	if q.specialN > 0 {
+	if d.q.specialN > 0 {
 		// index.php?title=Special:UserLogin is the page /wiki/Special:UserLogin.
-		sp := q.special[:q.specialN]
-		s.segment(sp, sp, true, true, safe)
+		sp := d.q.special[:d.q.specialN]
+		d.s.segment(sp, sp, true, true, d.safe)
 	}
+	return 0, ""
+}
 
-	// payment
-	if hr.page == PagePayment {
-		return PagePayment, hr.why
-	}
-	if why := pgPaymentHosts[r.Host]; why != "" {
+// decide tries the rules in ClassifyPage's order; the first that fires
+// wins.
+func (d *pgDecision) decide() (PageType, string) {
+	if why := d.payment(); why != "" {
 		return PagePayment, why
 	}
-	if s.payment != "" {
-		return PagePayment, s.payment
+	if why := d.oauth(); why != "" {
+		return PageOAuth, why
 	}
-	// oauth: an authorize or token endpoint, or the authorize query itself.
-	if q.clientID && (q.responseType || q.redirectURI) {
-		return PageOAuth, "query:client_id"
+	if why := d.login(); why != "" {
+		return PageLogin, why
 	}
-	if q.grantType {
-		return PageOAuth, "query:grant_type"
+	if why := d.upload(); why != "" {
+		return PageUpload, why
 	}
-	if s.oauth != "" {
-		return PageOAuth, s.oauth
+	if !d.safe && d.s.publish != "" {
+		return PagePublish, d.s.publish
 	}
-	if s.oauthEnd != "" && (s.oauthMark || strings.HasPrefix(label, "oauth")) {
-		return PageOAuth, s.oauthEnd
+	if why := d.posting(); why != "" {
+		return PagePosting, why
 	}
-	// login
-	if hr.page == PageLogin {
-		return PageLogin, hr.why
+	if why := d.admin(); why != "" {
+		return PageAdmin, why
 	}
-	if s.login != "" {
-		return PageLogin, s.login
+	if !d.safe {
+		return PagePosting, d.otherWrite()
 	}
-	if !safe && s.cred != "" {
-		return PageLogin, s.cred
-	}
-	if q.login != "" {
-		return PageLogin, q.login
-	}
-	// upload
-	if !safe {
-		switch pgContentKind(r.ContentType) {
-		case pgMultipart:
-			return PageUpload, "ctype:multipart"
-		case pgBinary:
-			return PageUpload, "ctype:binary"
-		}
-		if r.Method == "PUT" && r.ContentLength != 0 && !pgStructured(r.ContentType) {
-			return PageUpload, "method:PUT-body" // PUT stores bytes at a URL
-		}
-		switch r.Method {
-		case "MKCOL", "PROPPATCH", "MOVE", "COPY", "LOCK", "UNLOCK":
-			return PageUpload, "method:webdav"
-		}
-		if s.upload != "" {
-			return PageUpload, s.upload
-		}
-	}
-	if hr.page == PageUpload {
-		return PageUpload, hr.why
-	}
-	if s.uploadPage != "" {
-		return PageUpload, s.uploadPage
-	}
-	if q.upload != "" {
-		return PageUpload, q.upload
-	}
-	// publish
-	if !safe && s.publish != "" {
-		return PagePublish, s.publish
-	}
-	// posting
-	if s.compose != "" {
-		return PagePosting, s.compose
-	}
-	if !safe && s.postWrite != "" {
-		return PagePosting, s.postWrite
-	}
-	if q.posting != "" {
-		return PagePosting, q.posting
-	}
-	if q.text && !s.search {
-		return PagePosting, "query:text"
-	}
-	if s.graphql && q.mutation {
-		return PagePosting, "query:mutation"
-	}
-	// admin
-	if hr.page == PageAdmin {
-		return PageAdmin, hr.why
-	}
-	if s.admin != "" {
-		return PageAdmin, s.admin
-	}
-	if !safe && s.adminWrite != "" {
-		return PageAdmin, s.adminWrite
-	}
-	// any other write
-	if !safe {
-		if s.graphql {
-			return PagePosting, "path:graphql"
-		}
-		switch r.Method {
-		case "POST":
-			return PagePosting, "method:POST-unknown"
-		case "PUT":
-			return PagePosting, "method:PUT-unknown"
-		case "PATCH":
-			return PagePosting, "method:PATCH-unknown"
-		case "DELETE":
-			return PagePosting, "method:DELETE-unknown"
-		}
-		return PagePosting, "method:unknown"
-	}
-	if r.ContentLength != 0 {
+	if d.r.ContentLength != 0 {
 		return PagePosting, "body:GET" // a GET that carries a body is not a plain read
 	}
-	// download
-	if hr.page == PageDownload {
-		return PageDownload, hr.why
+	if d.hr.page == PageDownload {
+		return PageDownload, d.hr.why
 	}
-	if why := pgDownload(r, p, q); why != "" {
+	if why := pgDownload(d.r, d.p, d.q); why != "" {
 		return PageDownload, why
 	}
 	return PageRead, "default"
+}
+
+// firstSignal returns the first non-empty signal.
+func firstSignal(whys ...string) string {
+	for _, w := range whys {
+		if w != "" {
+			return w
+		}
+	}
+	return ""
+}
+
+// hostRule returns the host rule's signal if it names page t.
+func (d *pgDecision) hostRule(t PageType) string {
+	if d.hr.page == t {
+		return d.hr.why
+	}
+	return ""
+}
+
+// unsafeOnly returns why for a request that is not GET/HEAD/OPTIONS.
+func (d *pgDecision) unsafeOnly(why string) string {
+	if d.safe {
+		return ""
+	}
+	return why
+}
+
+func (d *pgDecision) payment() string {
+	return firstSignal(d.hostRule(PagePayment), pgPaymentHosts[d.r.Host], d.s.payment)
+}
+
+// oauth: an authorize or token endpoint, or the authorize query itself.
+func (d *pgDecision) oauth() string {
+	switch {
+	case d.q.clientID && (d.q.responseType || d.q.redirectURI):
+		return "query:client_id"
+	case d.q.grantType:
+		return "query:grant_type"
+	case d.s.oauth != "":
+		return d.s.oauth
+	case d.s.oauthEnd != "" && (d.s.oauthMark || strings.HasPrefix(d.label, "oauth")):
+		return d.s.oauthEnd
+	}
+	return ""
+}
+
+func (d *pgDecision) login() string {
+	return firstSignal(d.hostRule(PageLogin), d.s.login, d.unsafeOnly(d.s.cred), d.q.login)
+}
+
+func (d *pgDecision) upload() string {
+	if !d.safe {
+		if why := d.uploadWrite(); why != "" {
+			return why
+		}
+	}
+	return firstSignal(d.hostRule(PageUpload), d.s.uploadPage, d.q.upload)
+}
+
+// uploadWrite is the upload rule for a request that carries a write
+// method: the body's kind, PUT, WebDAV, then the path.
+func (d *pgDecision) uploadWrite() string {
+	r := d.r
+	switch pgContentKind(r.ContentType) {
+	case pgMultipart:
+		return "ctype:multipart"
+	case pgBinary:
+		return "ctype:binary"
+	}
+	if r.Method == "PUT" && r.ContentLength != 0 && !pgStructured(r.ContentType) {
+		return "method:PUT-body" // PUT stores bytes at a URL
+	}
+	switch r.Method {
+	case "MKCOL", "PROPPATCH", "MOVE", "COPY", "LOCK", "UNLOCK":
+		return "method:webdav"
+	}
+	return d.s.upload
+}
+
+func (d *pgDecision) posting() string {
+	if why := firstSignal(d.s.compose, d.unsafeOnly(d.s.postWrite), d.q.posting); why != "" {
+		return why
+	}
+	if d.q.text && !d.s.search {
+		return "query:text"
+	}
+	if d.s.graphql && d.q.mutation {
+		return "query:mutation"
+	}
+	return ""
+}
+
+func (d *pgDecision) admin() string {
+	return firstSignal(d.hostRule(PageAdmin), d.s.admin, d.unsafeOnly(d.s.adminWrite))
+}
+
+// otherWrite names a write no rule above took.
+func (d *pgDecision) otherWrite() string {
+	if d.s.graphql {
+		return "path:graphql"
+	}
+	switch d.r.Method {
+	case "POST":
+		return "method:POST-unknown"
+	case "PUT":
+		return "method:PUT-unknown"
+	case "PATCH":
+		return "method:PATCH-unknown"
+	case "DELETE":
+		return "method:DELETE-unknown"
+	}
+	return "method:unknown"
 }
 
 // pgScratch is ClassifyPage's working memory.
@@ -618,6 +669,22 @@ const pgMaxDecode = 4
 
 func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 	p := pgPath{b: append(buf, raw...), segs: segs}
+	p.decode()
+	p.half = len(p.b)
+	for i := 0; i < p.half; i++ {
+		c := p.b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		p.b = append(p.b, c)
+	}
+	p.split()
+	return p
+}
+
+// decode unescapes p.b until stable (at most pgMaxDecode rounds) and folds
+// Unicode, marking p weird for every spelling that hides structure.
+func (p *pgPath) decode() {
 	for round := 0; ; round++ {
 		var changed, sep bool
 		p.b, changed, sep = pgUnescape(p.b)
@@ -640,14 +707,12 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 			p.b, p.weird = append(p.b[:0], f...), true
 		}
 	}
-	p.half = len(p.b)
-	for i := 0; i < p.half; i++ {
-		c := p.b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		p.b = append(p.b, c)
-	}
+}
+
+// split cuts the decoded path p.b[:p.half] into segments at '/' and at
+// every other byte some server takes for a separator, dropping path
+// parameters, empty and dot segments (each marks p weird).
+func (p *pgPath) split() {
 	start := 0
 	for i := 0; i <= p.half; i++ {
 		if i < p.half {
@@ -659,27 +724,32 @@ func pgParsePath(raw string, buf []byte, segs []pgSpan) pgPath {
 				p.weird = true // a separator to some servers
 			}
 		}
-		hi := i
-		for j := start; j < hi; j++ {
-			if p.b[j] == ';' {
-				hi, p.weird = j, true // path parameters: /login;jsessionid=x is /login
-				break
-			}
-		}
-		switch seg := p.b[start:hi]; {
-		case len(seg) == 0:
-			// Only the leading and a trailing slash leave an empty segment.
-			if start != 0 && i != p.half {
-				p.weird = true
-			}
-		case string(seg) == "." || string(seg) == "..":
-			p.weird = true // not resolved: every segment keeps its say
-		default:
-			p.segs = append(p.segs, pgSpan{start, hi})
-		}
+		p.addSegment(start, i)
 		start = i + 1
 	}
-	return p
+}
+
+// addSegment adds the segment p.b[start:end] (end at a separator or the
+// path's end).
+func (p *pgPath) addSegment(start, end int) {
+	hi := end
+	for j := start; j < hi; j++ {
+		if p.b[j] == ';' {
+			hi, p.weird = j, true // path parameters: /login;jsessionid=x is /login
+			break
+		}
+	}
+	switch seg := p.b[start:hi]; {
+	case len(seg) == 0:
+		// Only the leading and a trailing slash leave an empty segment.
+		if start != 0 && end != p.half {
+			p.weird = true
+		}
+	case string(seg) == "." || string(seg) == "..":
+		p.weird = true // not resolved: every segment keeps its say
+	default:
+		p.segs = append(p.segs, pgSpan{start, hi})
+	}
 }
 
 func pgNonASCII(b []byte) bool {
@@ -866,62 +936,94 @@ func (s *pgSignals) walk(p *pgPath, host string, safe bool) {
 	if n == 0 {
 		return
 	}
-	last := n - 1
-	skipLo, skipHi := p.names(host)
+	w := pgWalk{p: p, host: host, safe: safe, last: n - 1}
+	w.skipLo, w.skipHi = p.names(host)
 	// A static asset named login.css is not a login page.
-	static := safe && pgHasSuffixAny(p.low(last), pgStaticExts)
-	guarded := false
+	w.static = safe && pgHasSuffixAny(p.low(w.last), pgStaticExts)
 	for i := 0; i < n; i++ {
-		low := p.low(i)
-		relaxed := p.weird
-		if guarded {
-			if !pgHasPrefix(low, "special:") {
-				continue // MediaWiki: /wiki/Special:UserLogin is a function page
-			}
-			relaxed = true
-		}
-		if i == last {
-			s.graphql = string(low) == "graphql"
-		}
-		if i >= skipLo && i < skipHi {
-			// On the web hubs, a repository named exactly "signup" is rarer
-			// than a site route that looks like /<product>/signup.
-			if w := pgWords[string(low)]; skipLo == 0 && w.flags&wLogin != 0 {
-				pgSet(&s.login, w.why)
-			}
-			continue
-		}
-		if i == last && static {
-			continue
-		}
-		if !p.weird && i < last {
-			w := pgWords[string(low)]
-			guarded = guarded || w.flags&wGuard != 0 ||
-				i == 0 && pgHostGuards[host] == string(low) || // pypi.org/project/flask-login/
-				string(low) == "comments" || // reddit /comments/<id>/<slug>
-				string(low) == "questions" && pgDigit(p.low(i + 1)[0]) // /questions/<id>/<slug>, not /questions/ask
-		}
-		switch {
-		case string(low) == "new" && i > 0 && pgNewAfter[string(p.low(i-1))]:
-			pgSet(&s.compose, "path:new")
-		case string(low) == "edit" && i > 0 && (string(p.low(i-1)) == "users" || string(p.low(i-1)) == "profile" ||
-			i > 1 && string(p.low(i-2)) == "users"): // /users/edit, /users/42/edit, /profile/edit
-			pgSet(&s.admin, "path:edit")
-			continue // the account editor, not a compose page
-		case string(low) == "code" && i == last && i > 0 && string(p.low(i-1)) == "device":
-			pgSet(&s.oauth, "path:device/code")
-		case pgHasPrefix(low, "oauth."):
-			pgSet(&s.oauth, "path:oauth.") // Slack's oauth.v2.access
-		}
-		// On a namespace host the first segment after the owner and
-		// repository names is the site route (/<owner>/<repo>/upload/<branch>):
-		// it counts like a first segment.
-		routeAt := skipHi > 0 && (i == skipHi || i == skipHi+1 && p.is(skipHi, "-")) // GitLab: /<ns>/<repo>/-/upload
-		if routeAt && (string(low) == "new" || string(low) == "edit") {
-			pgSet(&s.compose, "path:"+string(low)) // /<owner>/<repo>/new/<branch>: the file editor
-		}
-		s.segment(p.orig(i), low, relaxed || i < 2 || i == last || routeAt, relaxed || i == last, safe)
+		s.walkSegment(&w, i)
 	}
+}
+
+// pgWalk is walk's state across the segments of one path.
+type pgWalk struct {
+	p              *pgPath
+	host           string
+	safe, static   bool
+	guarded        bool // a guard segment came before: what follows is a name
+	last           int
+	skipLo, skipHi int // the owner and repository names on a namespace host
+}
+
+// walkSegment records the words of segment i.
+func (s *pgSignals) walkSegment(w *pgWalk, i int) {
+	p, last := w.p, w.last
+	low := p.low(i)
+	relaxed := p.weird
+	if w.guarded {
+		if !pgHasPrefix(low, "special:") {
+			return // MediaWiki: /wiki/Special:UserLogin is a function page
+		}
+		relaxed = true
+	}
+	if i == last {
+		s.graphql = string(low) == "graphql"
+	}
+	if i >= w.skipLo && i < w.skipHi {
+		// On the web hubs, a repository named exactly "signup" is rarer
+		// than a site route that looks like /<product>/signup.
+		if wd := pgWords[string(low)]; w.skipLo == 0 && wd.flags&wLogin != 0 {
+			pgSet(&s.login, wd.why)
+		}
+		return
+	}
+	if i == last && w.static {
+		return
+	}
+	if !p.weird && i < last {
+		w.guarded = w.guarded || w.guards(i, low)
+	}
+	if s.neighbourWords(p, i, low) {
+		return // the account editor, not a compose page
+	}
+	// On a namespace host the first segment after the owner and
+	// repository names is the site route (/<owner>/<repo>/upload/<branch>):
+	// it counts like a first segment.
+	routeAt := w.skipHi > 0 && (i == w.skipHi || i == w.skipHi+1 && p.is(w.skipHi, "-")) // GitLab: /<ns>/<repo>/-/upload
+	if routeAt && (string(low) == "new" || string(low) == "edit") {
+		pgSet(&s.compose, "path:"+string(low)) // /<owner>/<repo>/new/<branch>: the file editor
+	}
+	s.segment(p.orig(i), low, relaxed || i < 2 || i == last || routeAt, relaxed || i == last, w.safe)
+}
+
+// guards reports whether segment i (not the last) starts a name: what
+// follows it is a package, a thread or a question, not a site route.
+func (w *pgWalk) guards(i int, low []byte) bool {
+	return pgWords[string(low)].flags&wGuard != 0 ||
+		i == 0 && pgHostGuards[w.host] == string(low) || // pypi.org/project/flask-login/
+		string(low) == "comments" || // reddit /comments/<id>/<slug>
+		string(low) == "questions" && pgDigit(w.p.low(i + 1)[0]) // /questions/<id>/<slug>, not /questions/ask
+}
+
+// neighbourWords records the words that mean something only next to the
+// segment before them (/issues/new, /users/42/edit, /device/code). It
+// reports whether the segment is the account editor, which is no compose
+// page and needs no further look.
+func (s *pgSignals) neighbourWords(p *pgPath, i int, low []byte) bool {
+	last := len(p.segs) - 1
+	switch {
+	case string(low) == "new" && i > 0 && pgNewAfter[string(p.low(i-1))]:
+		pgSet(&s.compose, "path:new")
+	case string(low) == "edit" && i > 0 && (string(p.low(i-1)) == "users" || string(p.low(i-1)) == "profile" ||
+		i > 1 && string(p.low(i-2)) == "users"): // /users/edit, /users/42/edit, /profile/edit
+		pgSet(&s.admin, "path:edit")
+		return true
+	case string(low) == "code" && i == last && i > 0 && string(p.low(i-1)) == "device":
+		pgSet(&s.oauth, "path:device/code")
+	case pgHasPrefix(low, "oauth."):
+		pgSet(&s.oauth, "path:oauth.") // Slack's oauth.v2.access
+	}
+	return false
 }
 
 var pgNewAfter = map[string]bool{"issues": true, "pulls": true, "pull": true, "merge_requests": true,
@@ -979,6 +1081,14 @@ func (s *pgSignals) segment(orig, low []byte, positional, last, safe bool) bool 
 		pgSet(&s.compose, "path:new-") // /new-story, /new-dataset: a create page
 		fired = true
 	}
+	return s.words(orig, low, positional, last, safe) || fired
+}
+
+// words looks up each word of a segment of several words (camelCase splits
+// too); after a verb, a camelCase word in the last segment makes it a
+// compose page. It reports whether any word fired.
+func (s *pgSignals) words(orig, low []byte, positional, last, safe bool) bool {
+	fired := false
 	prevVerb := ""
 	for i := 0; i < len(orig); {
 		lo, hi, camel := pgNextWord(orig, i)
@@ -1130,56 +1240,73 @@ func (q *pgQuery) scan(raw string) {
 			pgSet(&q.posting, "query:entry") // Google Forms formResponse?entry.N=…
 			continue
 		}
-		kind := pgQueryKeys[string(key)]
-		if kind == 0 {
-			continue
+		if kind := pgQueryKeys[string(key)]; kind != 0 {
+			q.param(kind, key, v)
 		}
+	}
+}
+
+// param records one parameter of a kind ClassifyPage reads; v is raw.
+func (q *pgQuery) param(kind int, key []byte, v string) {
+	switch kind {
+	case qClientID:
+		q.clientID = true
+	case qResponseType:
+		q.responseType = true
+	case qRedirectURI:
+		q.redirectURI = true
+	case qGrantType:
+		q.grantType = true
+	case qWriteArg:
+		pgSet(&q.posting, pgQueryKeyWhy[string(key)])
+	case qText:
+		q.text = true
+	case qQuery:
+		q.mutation = q.mutation || pgHasMutation(v)
+	default:
 		var vb [256]byte
 		val, whole := pgDecode(vb[:0], v)
-		switch kind {
-		case qClientID:
-			q.clientID = true
-		case qResponseType:
-			q.responseType = true
-		case qRedirectURI:
-			q.redirectURI = true
-		case qGrantType:
-			q.grantType = true
-		case qService:
-			q.receivePack = q.receivePack || string(val) == "git-receive-pack"
-			q.uploadPack = q.uploadPack || string(val) == "git-upload-pack"
-		case qWrite:
-			q.writeTrue = q.writeTrue || string(val) == "true"
-		case qScope:
-			// Registry tokens: repository:x:pull,push. A scope too long to read is a write.
-			q.scopeWrite = q.scopeWrite || !whole || bytes.Contains(val, []byte("push")) ||
-				bytes.Contains(val, []byte("delete")) || bytes.IndexByte(val, '*') >= 0
-		case qAction:
-			if a, ok := pgQueryActions[string(val)]; ok && whole {
-				switch a.page {
-				case PageLogin:
-					pgSet(&q.login, a.why)
-				case PageUpload:
-					pgSet(&q.upload, a.why)
-				default:
-					pgSet(&q.posting, a.why)
-				}
-			}
-		case qMethod:
-			if string(val) != "get" && string(val) != "head" {
-				pgSet(&q.posting, "query:_method") // Rails/Laravel method override
-			}
-		case qWriteArg:
-			pgSet(&q.posting, pgQueryKeyWhy[string(key)])
-		case qText:
-			q.text = true
-		case qQuery:
-			q.mutation = q.mutation || pgHasMutation(v)
-		case qTitle:
-			if name, ok := bytes.CutPrefix(val, []byte("special:")); ok && q.specialN == 0 {
-				q.specialN = copy(q.special[:], name)
-			}
+		q.valueParam(kind, val, whole)
+	}
+}
+
+// valueParam records a parameter whose decoded value val matters; whole
+// is false when val was too long to decode in full.
+func (q *pgQuery) valueParam(kind int, val []byte, whole bool) {
+	switch kind {
+	case qService:
+		q.receivePack = q.receivePack || string(val) == "git-receive-pack"
+		q.uploadPack = q.uploadPack || string(val) == "git-upload-pack"
+	case qWrite:
+		q.writeTrue = q.writeTrue || string(val) == "true"
+	case qScope:
+		// Registry tokens: repository:x:pull,push. A scope too long to read is a write.
+		q.scopeWrite = q.scopeWrite || !whole || bytes.Contains(val, []byte("push")) ||
+			bytes.Contains(val, []byte("delete")) || bytes.IndexByte(val, '*') >= 0
+	case qAction:
+		if a, ok := pgQueryActions[string(val)]; ok && whole {
+			q.action(a.page, a.why)
 		}
+	case qMethod:
+		if string(val) != "get" && string(val) != "head" {
+			pgSet(&q.posting, "query:_method") // Rails/Laravel method override
+		}
+	case qTitle:
+		if name, ok := bytes.CutPrefix(val, []byte("special:")); ok && q.specialN == 0 {
+			q.specialN = copy(q.special[:], name)
+		}
+	}
+}
+
+// action records an action= or mode= value that names a function.
+func (q *pgQuery) action(page PageType, why string) {
+	switch page {
+	case PageLogin:
+		pgSet(&q.login, why)
+	case PageUpload:
+		pgSet(&q.upload, why)
+	default:
+		pgSet(&q.posting, why)
 	}
 }
 

@@ -115,10 +115,12 @@ func checkHFPathsInfo(body []byte) (bool, string) {
 
 var csHFPath = mkCharset("A-Za-z0-9._/ +=@-")
 
+// jsonNumber accepts a non-negative integer of at most 10 digits (paging
+// offsets and issue ids): a JSON number has no length limit of its own.
 func jsonNumber(dec *json.Decoder) bool {
 	t, err := dec.Token()
-	_, ok := t.(json.Number)
-	return err == nil && ok
+	n, ok := t.(json.Number)
+	return err == nil && ok && csDigit.span(string(n), 10)
 }
 
 func jsonBool(dec *json.Decoder) bool {

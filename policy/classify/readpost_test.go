@@ -37,6 +37,11 @@ func TestCheckReadPostBody(t *testing.T) {
 		{"readpost:jira-search", `{"jql":"x","jql":"y"}`, false},
 		{"readpost:jira-search", `{"jql":"x"} trailing`, false},
 		{"readpost:jira-search", `{"fields":["summary","` + long[:100] + `"]}`, false},
+		// Paging numbers are integers of at most 10 digits: a number of
+		// thousands of digits (or a fraction, an exponent) carried data.
+		{"readpost:jira-search", `{"jql":"x","startAt":` + strings.Repeat("7", 5000) + `}`, false},
+		{"readpost:jira-search", `{"jql":"x","maxResults":0.31415926535897932384626433832795028841971e-99}`, false},
+		{"readpost:jira-search", `{"jql":"x","reconcileIssues":[10001,10002],"startAt":100,"maxResults":1000}`, true},
 		{"readpost:hf-paths-info", `paths=config.json&paths=model.safetensors&expand=true`, true},
 		{"readpost:hf-paths-info", `paths=config.json&data=` + long, false},
 		{"readpost:hf-paths-info", ``, false},
@@ -51,4 +56,32 @@ func TestCheckReadPostBody(t *testing.T) {
 			t.Errorf("CheckReadPostBody(%s, %.60q) = %v (%s), want %v", c.signal, c.body, ok, why, c.ok)
 		}
 	}
+}
+
+// FuzzReadPostBody: a body a read-only POST check accepts stays within its
+// cap, and the body forwarded (CheckedBody's one spelling) passes the same
+// check: the server never gets bytes the check did not accept.
+func FuzzReadPostBody(f *testing.F) {
+	f.Add("readpost:jira-search", []byte(`{"jql":"project = ABC","startAt":0,"maxResults":50,"fields":["summary"]}`))
+	f.Add("readpost:jira-search", []byte(`{ "jql" : "a\u0041\ud83d\ude00" }`))
+	f.Add("readpost:hf-paths-info", []byte(`paths=config.json&paths=model.safetensors&expand=true`))
+	f.Fuzz(func(t *testing.T, signal string, body []byte) {
+		e := readPostBySignal(signal)
+		if e == nil {
+			return
+		}
+		if ok, _ := CheckReadPostBody(signal, body); !ok {
+			return
+		}
+		if int64(len(body)) > e.MaxBody {
+			t.Fatalf("accepted %d bytes over the cap %d", len(body), e.MaxBody)
+		}
+		fwd, _, err := CheckedBody(e.ContentType, body)
+		if err != nil {
+			t.Fatalf("accepted body cannot be forwarded: %v", err)
+		}
+		if ok, why := CheckReadPostBody(signal, fwd); !ok {
+			t.Fatalf("forwarded spelling %q of accepted %q fails the check: %s", fwd, body, why)
+		}
+	})
 }

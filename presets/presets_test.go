@@ -1,0 +1,88 @@
+package presets
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// TestRender: every preset under every sandbox kind renders a config that
+// parses, with the rules, listen addresses, positive control and canary
+// the choice implies.
+func TestRender(t *testing.T) {
+	all := []string{"pypi", "crates", "npm=npm.internal.example", "go=goproxy.internal.example", "github-read", "docs"}
+	for _, kind := range []string{"local", "docker", "kubernetes"} {
+		for _, set := range [][]string{all, {"pypi"}, {"github-read"}, {"npm=npm.internal.example"}} {
+			t.Run(kind+"/"+strings.Join(set, "+"), func(t *testing.T) {
+				b, err := Render(Options{Presets: set, Sandbox: kind, UID: 1234})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := policy.Parse(strings.NewReader(string(b)), "init.yaml")
+				if err != nil {
+					t.Fatalf("%v\n%s", err, b)
+				}
+				if p.Selftest.CanaryURL == "" || p.Selftest.CanaryName == "" || p.DenyMessage == "" {
+					t.Errorf("no canary or deny message:\n%s", b)
+				}
+				if set[0] != "github-read" && len(p.Selftest.ExpectReachable) != 1 {
+					t.Errorf("positive control: %v", p.Selftest.ExpectReachable)
+				}
+				for _, u := range p.Selftest.ExpectReachable {
+					tg, err := policy.ParseURL(u)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d := p.DecideRequest(&tg, "GET", "", 0); !d.Allow {
+						t.Errorf("the positive control %s is denied by its own config: %s", u, d.Reason)
+					}
+				}
+				tg, _ := policy.ParseURL(p.Selftest.CanaryURL)
+				if d := p.DecideRequest(&tg, "GET", "", 0); d.Allow {
+					t.Errorf("the canary %s is allowed", p.Selftest.CanaryURL)
+				}
+				switch kind {
+				case "local":
+					if len(p.Sandbox.UIDs) != 1 || p.Sandbox.UIDs[0] != 1234 || p.Listen.Proxy != "127.0.0.1:3128" {
+						t.Errorf("local: uids %v proxy %s", p.Sandbox.UIDs, p.Listen.Proxy)
+					}
+				case "docker":
+					if len(p.Sandbox.CIDRs) != 1 || p.Listen.Proxy != "172.17.0.1:3128" {
+						t.Errorf("docker: cidrs %v proxy %s", p.Sandbox.CIDRs, p.Listen.Proxy)
+					}
+				case "kubernetes":
+					if len(p.Sandbox.CIDRs) != 1 || p.Listen.Proxy != "0.0.0.0:3128" {
+						t.Errorf("kubernetes: cidrs %v proxy %s", p.Sandbox.CIDRs, p.Listen.Proxy)
+					}
+				}
+			})
+		}
+	}
+	b, _ := Render(Options{Presets: all, Sandbox: "local"})
+	for _, want := range []string{"name: pypi", "mirror: crates", "hosts: [npm.internal.example]", "mirror: goproxy", "mirror: git", "name: docs", "# Python packages"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("config lacks %q", want)
+		}
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	tests := []struct {
+		o    Options
+		want string
+	}{
+		{Options{Presets: []string{"pypi"}, Sandbox: "vm"}, "unknown sandbox kind"},
+		{Options{Sandbox: "local"}, "no preset"},
+		{Options{Presets: []string{"pip"}, Sandbox: "local"}, `unknown preset "pip"`},
+		{Options{Presets: []string{"npm"}, Sandbox: "local"}, "npm needs a host"},
+		{Options{Presets: []string{"pypi=x.example"}, Sandbox: "local"}, "takes no host"},
+		{Options{Presets: []string{"go=10.0.0.1"}, Sandbox: "local"}, "not a host name"},
+		{Options{Presets: []string{"pypi", "pypi"}, Sandbox: "local"}, "named twice"},
+	}
+	for _, tt := range tests {
+		if _, err := Render(tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: got %v, want %q", tt.o, err, tt.want)
+		}
+	}
+}
