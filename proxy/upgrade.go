@@ -230,7 +230,13 @@ func (x *Proxy) relayUpgrade(w http.ResponseWriter, r *http.Request, rq *request
 	x.m.bytesOut.Add(float64(out))
 	x.m.bytesIn.Add(float64(in))
 	ctx := context.WithoutCancel(r.Context())
-	if ci := rq.cutBy.Load(); ci != nil {
+	ci := rq.cutBy.Load()
+	if ci == nil && rq.tunnel != nil {
+		// A quarantine or reload may close the CONNECT tunnel under it
+		// first; cutTunnel records why before it closes.
+		ci = rq.tunnel.cutBy.Load()
+	}
+	if ci != nil {
 		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, http.StatusSwitchingProtocols, ci.reason, "upgrade websocket "+ci.detail, in, out)
 		return
