@@ -299,7 +299,7 @@ func startEgressd(o *origin, dir, name string, cpu int, bin string, opt egressdO
 		return nil, err
 	}
 	state := filepath.Join(ed, "state")
-	args := []string{"serve", "--config", cf, "--state-dir", state, "--no-selftest"}
+	args := []string{"serve", "--config", cf, "--state-dir", state, "--no-selftest", "--allow-unverified"}
 	var pprofAddr string
 	if opt.pprof {
 		pp, err := freePort()

@@ -38,10 +38,11 @@ func serveEgressd(args []string) error {
 		return err
 	}
 	d, err := daemon.New(daemon.Options{
-		Load:       func() (*policy.Policy, error) { return policy.Load(*cfg) },
-		Logger:     log,
-		CA:         authority,
-		NoSelftest: true,
+		Load:            func() (*policy.Policy, error) { return policy.Load(*cfg) },
+		Logger:          log,
+		CA:              authority,
+		NoSelftest:      true,
+		AllowUnverified: true,
 	})
 	if err != nil {
 		return err

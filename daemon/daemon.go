@@ -36,8 +36,11 @@ import (
 type Verdict struct {
 	Sealed bool     // no leak found
 	Leaks  []string // ids of the probes that leaked, with their reason
-	Err    error    // the run could not complete (counts as not sealed)
-	Note   string   // what a sealed run did not cover (shown in /readyz)
+	// ControlsFailed are the positive controls that could not reach their
+	// target: not sealed (nothing is proven), but not a leak either.
+	ControlsFailed []string
+	Err            error  // the run could not complete (counts as not sealed)
+	Note           string // what a sealed run did not cover (shown in /readyz)
 }
 
 // Options wires a Daemon. Load and Logger are required.
@@ -57,9 +60,13 @@ type Options struct {
 	// Verify runs the self-test against the applied policy and walls. Nil
 	// with NoSelftest false is refused by New: readiness needs a proof.
 	Verify func(ctx context.Context, p *policy.Policy) Verdict
-	// NoSelftest serves without verification, loudly: a warning at every
-	// start and in /readyz.
+	// NoSelftest runs no self-test. The daemon is then not ready (/readyz
+	// 503, the proxy refuses with 503) unless AllowUnverified is set too:
+	// an unproven deployment must not look like a proven one.
 	NoSelftest bool
+	// AllowUnverified, with NoSelftest, serves unverified, loudly: a
+	// warning at every start and in /readyz, and egressd_verified 0.
+	AllowUnverified bool
 	// Webhook, when set, replaces the policy's selftest.webhook (which is
 	// read at each scheduled run, so a reload changes it).
 	Webhook string
@@ -67,6 +74,13 @@ type Options struct {
 	ProxyListener net.Listener
 	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
 	ProxyConfig proxy.Config
+	// Collectors are registered on /metrics too (the walls' counters).
+	Collectors []prometheus.Collector
+	// AlertWebhook, when set, replaces the policy's alerts.webhook.
+	AlertWebhook string
+	// ProbeResult records an in-sandbox probe's result (the history);
+	// nil: kept in memory and metrics only.
+	ProbeResult func(ProbeResult) error
 	// Booted, when set, is called once the boot self-test has set the
 	// readiness (`egressd run` starts its command only then).
 	Booted func(Verdict)
@@ -101,10 +115,14 @@ type Daemon struct {
 	watchUp  sync.Once
 	audit    *audit.Sink
 
-	reloads    *prometheus.CounterVec
-	drift      prometheus.Counter
-	selftests  *prometheus.CounterVec
-	lastSealed prometheus.Gauge
+	reloads       *prometheus.CounterVec
+	drift         prometheus.Counter
+	selftests     *prometheus.CounterVec
+	lastSealed    prometheus.Gauge
+	verifiedGauge prometheus.Gauge // egressd_verified
+
+	probes *probes
+	alerts *alerter
 
 	proxyAddr, dnsAddr, adminAddr string
 	closers                       []io.Closer
@@ -128,9 +146,22 @@ func New(opt Options) (*Daemon, error) {
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
 	d.drift = prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_walls_drift_total", Help: "Times the kernel walls differed from the spec (tampering or drift) and were re-applied."})
-	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift)
+	d.verifiedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_verified", Help: "1 while the last self-test found the deployment sealed; 0 before the first, after a leak or an incomplete run, and always under --no-selftest."})
+	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verifiedGauge)
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
+	d.probes = newProbes(d.log.With("component", "probe"), opt.ProbeResult)
+	d.probes.setPolicy(p)
+	d.reg.MustRegister(d.probes)
+	d.reg.MustRegister(opt.Collectors...)
+	d.alerts = newAlerter(d.log.With("component", "alerts"), func() (string, time.Duration) {
+		a := d.Policy().Alerts
+		if opt.AlertWebhook != "" {
+			a.Webhook = opt.AlertWebhook
+		}
+		return a.Webhook, a.Batch
+	})
+	d.reg.MustRegister(d.alerts.total, d.alerts.dropped, d.alerts.posts)
 	if opt.Audit != nil {
 		d.watchAudit(opt.Audit, p)
 	}
@@ -145,6 +176,8 @@ func New(opt Options) (*Daemon, error) {
 	pc.Registry = d.reg
 	pc.CA = opt.CA
 	pc.Gate = d.gate
+	pc.Probe = proxy.ProbeHooks{API: d.probes.api, Label: d.probes.label}
+	pc.Alert = d.alerts.attempt
 	// one name budget per identity, whichever path resolves the name
 	names := new(policy.NameBudget)
 	pc.NameBudget = names
@@ -312,6 +345,7 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	p := d.Policy()
 	errc := make(chan error, 4)
+	go d.alerts.run(ctx)
 	if err := d.listen(p, errc); err != nil {
 		return err
 	}
@@ -397,11 +431,23 @@ func (d *Daemon) shutdown() error {
 	return errors.Join(errs...)
 }
 
-const noSelftestWarning = "WARNING: serving with --no-selftest: the walls are not verified; nothing proves this sandbox has no other way out"
+const noSelftestWarning = "WARNING: serving with --no-selftest --allow-unverified: the walls are not verified; nothing proves this sandbox has no other way out"
+
+// unverified is the status of --no-selftest without --allow-unverified.
+const unverified = "not ready: --no-selftest: nothing verifies the walls, so egressd serves nothing; run the self-test, or pass --allow-unverified as well to serve unverified"
 
 // boot runs the first self-test; the proxy answers 503 until it passes.
 func (d *Daemon) boot(ctx context.Context) {
+	defer close(d.booted) // on every path: ready or not, boot is over
 	if d.opt.NoSelftest {
+		if !d.opt.AllowUnverified {
+			d.log.Error(unverified)
+			d.setStatus(unverified)
+			if d.opt.Booted != nil {
+				d.opt.Booted(Verdict{Err: errors.New(unverified)})
+			}
+			return
+		}
 		d.log.Warn(noSelftestWarning)
 		d.setStatus(noSelftestWarning)
 		d.verified.Store(d.Policy())
@@ -422,7 +468,6 @@ func (d *Daemon) boot(ctx context.Context) {
 	if ok, why := d.Ready(); ok {
 		d.log.Info("ready", "status", why)
 	}
-	close(d.booted)
 }
 
 // Booted is closed once the boot self-test has run and set readiness,
@@ -440,6 +485,12 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 	v := d.opt.Verify(ctx, p)
 	result := "sealed"
 	switch {
+	case len(v.Leaks) > 0:
+		result = "leak"
+		d.log.Error("self-test found a leak", "trigger", trigger, "leaks", v.Leaks)
+	case len(v.ControlsFailed) > 0:
+		result = "control-failed"
+		d.log.Error("self-test positive control failed: nothing is proven (the network or an upstream may be down; not a leak)", "trigger", trigger, "controls", v.ControlsFailed)
 	case v.Err != nil:
 		result = "error"
 		d.log.Error("self-test could not run", "trigger", trigger, "err", v.Err)
@@ -457,7 +508,14 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 // setReadiness records the verdict of a self-test of p (boot or
 // scheduled): a sealed run also marks p verified.
 func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
+	d.verifiedGauge.Set(0)
 	switch {
+	case len(v.Leaks) > 0:
+		d.ready.Store(false)
+		d.setStatus(fmt.Sprintf("not ready: self-test found a leak: %v", v.Leaks))
+	case len(v.ControlsFailed) > 0:
+		d.ready.Store(false)
+		d.setStatus(fmt.Sprintf("not ready: control-failed: a positive control could not reach its target, so nothing is proven (not a leak; is the network or the upstream down?): %v", v.ControlsFailed))
 	case v.Err != nil:
 		d.ready.Store(false)
 		d.setStatus("not ready: self-test could not run: " + v.Err.Error())
@@ -467,6 +525,7 @@ func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	default:
 		d.verified.Store(p)
 		d.ready.Store(true)
+		d.verifiedGauge.Set(1)
 		st := "ready: last self-test sealed at " + time.Now().UTC().Format(time.RFC3339)
 		if v.Note != "" {
 			st += "; " + v.Note
@@ -479,7 +538,11 @@ func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 // webhook.
 func (d *Daemon) scheduled(ctx context.Context) {
 	if d.opt.NoSelftest {
-		d.log.Warn(noSelftestWarning)
+		if d.opt.AllowUnverified {
+			d.log.Warn(noSelftestWarning)
+		} else {
+			d.log.Error(unverified)
+		}
 		return
 	}
 	d.reloadMu.Lock()
@@ -585,6 +648,9 @@ func verdictError(v Verdict) error {
 	if v.Err != nil {
 		return fmt.Errorf("the self-test could not run: %w", v.Err)
 	}
+	if len(v.Leaks) == 0 && len(v.ControlsFailed) > 0 {
+		return fmt.Errorf("control-failed: a positive control could not reach its target, so the new policy is not proven (not a leak): %s", strings.Join(v.ControlsFailed, "; "))
+	}
 	return fmt.Errorf("the new policy leaks: %s", strings.Join(v.Leaks, "; "))
 }
 
@@ -596,6 +662,7 @@ var testHookSwapped func()
 func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {
 	d.pol.Store(p)
 	d.px.SetPolicy(p)
+	d.probes.setPolicy(p)
 	if d.opt.Walls != nil {
 		return d.opt.Walls(ctx, p)
 	}

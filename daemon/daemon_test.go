@@ -380,10 +380,11 @@ allow:
 		t.Fatal(err)
 	}
 	d, err := New(Options{
-		Load:          func() (*policy.Policy, error) { return policy.Load(path) },
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NoSelftest:    true,
-		ProxyListener: pl,
+		Load:            func() (*policy.Policy, error) { return policy.Load(path) },
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NoSelftest:      true,
+		AllowUnverified: true,
+		ProxyListener:   pl,
 	})
 	if err != nil {
 		t.Fatal(err)

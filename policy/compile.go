@@ -35,6 +35,7 @@ func (c *compiler) errf(line int, field, format string, args ...any) {
 // Defaults for keys the file leaves out.
 const (
 	defaultInterval         = 5 * time.Minute
+	defaultAlertBatch       = 10 * time.Second
 	defaultProbeTimeout     = 1500 * time.Millisecond
 	defaultConnsPerIdentity = 512
 	defaultHeaderBytes      = 32 << 10
@@ -97,6 +98,8 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	c.sandbox(p, &raw.Sandbox)
 	c.selftest(p, &raw.Selftest)
 	c.limits(p, &raw.Limits)
+	p.Alerts.Webhook = c.url(raw.Alerts.Webhook, "alerts.webhook")
+	p.Alerts.Batch = c.duration(raw.Alerts.Batch, "alerts.batch", defaultAlertBatch)
 	switch raw.Audit.OnError.V {
 	case "", "deny":
 	case "allow":
@@ -588,7 +591,7 @@ func (c *compiler) identities(p *Policy, ids []rawIdentity) {
 	seen := map[string]bool{}
 	for i, ri := range ids {
 		f := fmt.Sprintf("identities[%d]", i)
-		id := Identity{Name: ri.Name.V, User: ri.User.V}
+		id := Identity{Name: ri.Name.V, User: ri.User.V, Evaluation: ri.Evaluation != nil && ri.Evaluation.V}
 		if id.Name == "" {
 			c.errf(ri.Name.Line, f+".name", "an identity needs a name")
 			continue
@@ -693,13 +696,18 @@ func (c *compiler) selftest(p *Policy, s *rawSelftest) {
 		}
 	}
 	if s.CanaryName.V != "" {
-		n, a, err := NormalizeHost(s.CanaryName.V)
+		// {token}: each identity's canary token (selftest/plan), so a hit
+		// in the canary's log names the sandbox that leaked
+		v := strings.ReplaceAll(s.CanaryName.V, CanaryToken, "egressd-token")
+		n, a, err := NormalizeHost(v)
 		if err != nil || a.IsValid() {
 			c.errf(s.CanaryName.Line, "selftest.canary_name", "%q: want a DNS name", s.CanaryName.V)
 		}
-		st.CanaryName = n
+		st.CanaryName = strings.ReplaceAll(n, "egressd-token", CanaryToken)
 	}
-	st.CanaryURL = c.url(s.CanaryURL, "selftest.canary_url")
+	canaryURL := s.CanaryURL
+	canaryURL.V = strings.ReplaceAll(canaryURL.V, CanaryToken, "egressd-token")
+	st.CanaryURL = strings.ReplaceAll(c.url(canaryURL, "selftest.canary_url"), "egressd-token", CanaryToken)
 	st.CanaryLog = c.url(s.CanaryLog, "selftest.canary_log")
 	st.Webhook = c.url(s.Webhook, "selftest.webhook")
 	for j, v := range s.Metadata {

@@ -39,9 +39,15 @@ type rawConfig struct {
 	Sandbox    rawSandbox    `yaml:"sandbox"`
 	Selftest   rawSelftest   `yaml:"selftest"`
 	Limits     rawLimits     `yaml:"limits"`
+	Alerts     rawAlerts     `yaml:"alerts"`
 	Audit      rawAudit      `yaml:"audit"`
 
 	UpstreamProxy *rawUpstreamProxy `yaml:"upstream_proxy"` // rules.go
+}
+
+type rawAlerts struct {
+	Webhook at[string] `yaml:"webhook"`
+	Batch   at[string] `yaml:"batch"`
 }
 
 type rawAudit struct {
@@ -95,6 +101,7 @@ type rawIdentity struct {
 	// TokenSHA256 is the hex SHA-256 of the Proxy-Authorization password
 	// that proves the user: a label alone is not a secret.
 	TokenSHA256 at[string] `yaml:"token_sha256"`
+	Evaluation  *at[bool]  `yaml:"evaluation"`
 }
 
 type rawSandbox struct {
@@ -235,7 +242,7 @@ var (
 // sectionOf names a raw type as the user knows it.
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
-	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits",
+	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits", "Alerts": "alerts",
 	"Audit": "audit", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "UpstreamProxy": "upstream_proxy",
 }
 

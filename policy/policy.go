@@ -19,6 +19,7 @@ type Policy struct {
 	Sandbox    Sandbox
 	Selftest   Selftest
 	Limits     Limits
+	Alerts     Alerts
 	Audit      Audit
 	Identities []Identity
 	Rules      []*Rule
@@ -140,6 +141,28 @@ type Identity struct {
 	CIDRs       []netip.Prefix
 	User        string
 	TokenSHA256 [sha256.Size]byte // set whenever User is
+	// Evaluation marks a sandbox under evaluation: any outbound attempt
+	// by it is an alert.
+	Evaluation bool
+}
+
+// Evaluation reports whether the identity named name is marked
+// evaluation: true.
+func (p *Policy) Evaluation(name string) bool {
+	for i := range p.Identities {
+		if p.Identities[i].Name == name {
+			return p.Identities[i].Evaluation
+		}
+	}
+	return false
+}
+
+// Alerts is where attempts worth a same-day look are sent: every
+// high-risk attempt by a sandbox, and every attempt by an evaluation
+// identity.
+type Alerts struct {
+	Webhook string        // "" : log line and counter only
+	Batch   time.Duration // attempts within this window go in one POST
 }
 
 // Rule is one compiled allow rule.

@@ -4,13 +4,14 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the proxy's Prometheus collectors (names in README).
 type metrics struct {
-	requests        *prometheus.CounterVec
+	requests        *prometheus.CounterVec // agent traffic only
 	highRisk        prometheus.Counter
 	bytes           *prometheus.CounterVec
 	bytesIn         prometheus.Counter // bytes{direction="in"}, looked up once
 	bytesOut        prometheus.Counter
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
+	probes          *prometheus.CounterVec // probe traffic, by its own identity
 	acceptErrors    prometheus.Counter
 	responsesCut    *prometheus.CounterVec
 	shed            prometheus.Counter
@@ -44,9 +45,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressd_connections_shed_total", Help: "Client connections answered 503 fd-limit: too few file descriptors left above the reserve.",
 		}),
 	}
+	m.probes = newProbeMetric()
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.acceptErrors)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.acceptErrors, m.probes)
 	}
 	return m
 }

@@ -61,7 +61,15 @@ type Config struct {
 	// ReadyExempt lets a client connection (by its remote address) through
 	// the Ready gate: the self-test's own probes, whose positive controls
 	// must pass before the first sealed run can make egressd ready. nil: none.
+	// These connections are egressd's own self-test: logged as
+	// SelftestIdentity and counted as probe traffic (probe.go).
 	ReadyExempt func(remote netip.AddrPort) bool
+	// Probe connects the in-sandbox probes (probe.go); zero: none.
+	Probe ProbeHooks
+	// Alert is told of every high-risk attempt by a sandbox and every
+	// attempt by an evaluation identity (never of probe traffic). It runs
+	// on the request path: it must not block.
+	Alert func(Attempt)
 	// FDReserve is how many file descriptors the proxy leaves to the rest
 	// of egressd (admin endpoint, netlink, audit log, DNS): below it new
 	// clients are shed with 503 fd-limit. 0: 128; negative: no shedding.
@@ -80,6 +88,20 @@ type Config struct {
 	Secrets *inject.Store
 }
 
+// Attempt is a decision worth an alert.
+type Attempt struct {
+	Time     time.Time `json:"time"`
+	Identity string    `json:"identity"`
+	Method   string    `json:"method"`
+	Host     string    `json:"host"`
+	Port     uint16    `json:"port"`
+	Decision string    `json:"decision"`
+	Reason   string    `json:"reason"`
+	HighRisk bool      `json:"high_risk"`
+	// Evaluation: the identity is marked evaluation: true.
+	Evaluation bool `json:"evaluation"`
+}
+
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
 // comes from the current policy and whose every dial is checked.
 type Proxy struct {
@@ -94,6 +116,8 @@ type Proxy struct {
 	ready  func() bool
 	gate   func(*policy.Policy) (policy.Reason, string)
 	exempt func(netip.AddrPort) bool
+	probe  ProbeHooks
+	alert  func(Attempt)
 	ids    *tracker
 	fds    *fdGuard
 	secret *inject.Store
@@ -126,6 +150,8 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		ready:  cfg.Ready,
 		gate:   cfg.Gate,
 		exempt: cfg.ReadyExempt,
+		probe:  cfg.Probe,
+		alert:  cfg.Alert,
 		ids:    newTracker(),
 		secret: cfg.Secrets,
 		self:   map[netip.AddrPort]bool{},
@@ -332,10 +358,14 @@ type request struct {
 	start    time.Time
 	identity string // the identity decided on: source, or refined by a token
 	source   string // the source-address identity, when identity refines it
-	target   policy.Target
-	d        policy.Decision
-	method   string
-	path     string
+	// probe is the identity probe traffic is logged and counted under
+	// (SelftestIdentity, ProbeIdentityPrefix+identity); "" for an agent.
+	// Quarantine and limits still apply to identity.
+	probe  string
+	target policy.Target
+	d      policy.Decision
+	method string
+	path   string
 	// connect state for an inspected tunnel: inner requests must name the
 	// same host and port, and the TLS SNI must match.
 	tunnel *request
@@ -378,6 +408,18 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rq := &request{start: start, method: r.Method, headBytes: head.size, w: w}
 	rq.identity, rq.source = x.identify(r)
+	if isProbeAPI(r) {
+		x.serveProbeAPI(w, r, rq.identity)
+		return
+	}
+	host := r.URL.Hostname()
+	if r.Method == http.MethodConnect {
+		host = r.Host
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			host = h
+		}
+	}
+	rq.probe = x.probeLabel(r, rq.identity, host)
 	if head.bad != "" {
 		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
 		return
@@ -461,6 +503,14 @@ func (x *Proxy) sourceIdentity(a netip.Addr) string {
 	return x.Policy().SourceIdentity(a)
 }
 
+// logIdentity is the identity a decision is logged under.
+func (rq *request) logIdentity() string {
+	if rq.probe != "" {
+		return rq.probe
+	}
+	return rq.identity
+}
+
 // names are the identities a request counts as: its own, and the source
 // identity it refines.
 func (rq *request) names() []string {
@@ -477,6 +527,30 @@ func (rq *request) budget() string {
 		return rq.source
 	}
 	return rq.identity
+}
+
+// count counts a decision: probe traffic in its own metric, agents' in
+// egressd_requests_total and egressd_high_risk_total.
+func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, highRisk bool) {
+	if rq.probe != "" {
+		x.m.probes.WithLabelValues(rq.probe, decision, reason).Inc()
+		return
+	}
+	x.m.requests.WithLabelValues(decision, reason, pageType, rule).Inc()
+	if highRisk {
+		x.m.highRisk.Inc()
+	}
+	if x.alert == nil {
+		return
+	}
+	if eval := x.Policy().Evaluation(rq.identity); highRisk || eval {
+		host := rq.target.Host()
+		if host == "" {
+			host = rq.d.Host
+		}
+		x.alert(Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
+			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval})
+	}
 }
 
 // quarantined reports whether any identity the request counts as is
@@ -497,9 +571,9 @@ func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reas
 	w.Header().Set("X-Egressd-Deny", reason.String())
 	w.Header().Set("Connection", "close")
 	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
-	x.m.requests.WithLabelValues("deny", reason.String(), "", "").Inc()
+	x.count(rq, event.Deny, reason.String(), "", "", false)
 	x.log.LogAttrs(r.Context(), slog.LevelWarn, event.Msg,
-		slog.String(event.KeyIdentity, rq.identity), slog.String(event.KeyMethod, r.Method),
+		slog.String(event.KeyIdentity, rq.logIdentity()), slog.String(event.KeyMethod, r.Method),
 		slog.String(event.KeyHost, r.Host), slog.String(event.KeyPath, truncate(r.URL.Path, maxLogPath)),
 		slog.String(event.KeyDecision, event.Deny), slog.String(event.KeyReason, reason.String()), slog.String(event.KeyDetail, detail),
 		slog.Int(event.KeyStatus, status))

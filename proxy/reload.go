@@ -57,7 +57,7 @@ func mode(inspect bool) string {
 func (x *Proxy) cutTunnel(c net.Conn, rq *request, reason policy.Reason, detail string) {
 	rq.cutBy.Store(&cutInfo{reason, detail})
 	if rq.d.Inspect {
-		lr := &request{start: rq.start, identity: rq.identity, source: rq.source, target: rq.target, d: rq.d, method: rq.method}
+		lr := &request{start: rq.start, identity: rq.identity, source: rq.source, probe: rq.probe, target: rq.target, d: rq.d, method: rq.method}
 		lr.d.Allow = false
 		x.logDecisionReason(context.Background(), lr, 0, reason, detail, 0, 0)
 	}

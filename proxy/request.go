@@ -351,7 +351,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		host = d.Host
 	}
 	x.log.LogAttrs(ctx, level, event.Msg,
-		slog.String(event.KeyIdentity, rq.identity),
+		slog.String(event.KeyIdentity, rq.logIdentity()),
 		slog.String(event.KeySource, rq.source),
 		slog.String(event.KeyView, d.View),
 		slog.String(event.KeyMethod, rq.method),
@@ -371,8 +371,5 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		slog.String(event.KeyDetail, detail),
 		slog.Bool(event.KeyInspected, rq.tunnel != nil),
 	)
-	x.m.requests.WithLabelValues(decision, reason.String(), d.PageType.String(), d.RuleName()).Inc()
-	if d.HighRisk {
-		x.m.highRisk.Inc()
-	}
+	x.count(rq, decision, reason.String(), d.PageType.String(), d.RuleName(), d.HighRisk)
 }

@@ -21,17 +21,24 @@ var credentialName = regexp.MustCompile(`(?i)(TOKEN|SECRET|PASSW(OR)?D|API_?KEY|
 
 // Env is CMD's environment: the host's (or, with clean, only cleanKeep),
 // plus keep, with every common client pointed at the proxy and at bundle,
-// a CA file of the system roots plus egressd's CA. It returns the
+// a CA file of the system roots plus egressd's CA, and Java at javaStore,
+// the same certificates as a JKS trust store ("" or a path with
+// whitespace, which JAVA_TOOL_OPTIONS cannot carry: none). It returns the
 // credential-looking variables passed through that keep did not name.
-func Env(host []string, clean bool, keep []string, proxy netip.AddrPort, bundle string) (env, suspicious []string) {
+func Env(host []string, clean bool, keep []string, proxy netip.AddrPort, bundle, javaStore string) (env, suspicious []string) {
 	proxyURL := "http://" + proxy.String()
+	javaTrust := ""
+	if JavaOptionSafe(javaStore) {
+		javaTrust = " -Djavax.net.ssl.trustStore=" + javaStore + " -Djavax.net.ssl.trustStoreType=JKS" +
+			" -Djavax.net.ssl.trustStorePassword=" + TrustStorePassword
+	}
 	set := map[string]string{
 		"HTTP_PROXY": proxyURL, "HTTPS_PROXY": proxyURL, "ALL_PROXY": proxyURL, "NO_PROXY": noProxy,
 		"http_proxy": proxyURL, "https_proxy": proxyURL, "all_proxy": proxyURL, "no_proxy": noProxy,
 		"NODE_USE_ENV_PROXY": "1",
 		"JAVA_TOOL_OPTIONS": "-Dhttp.proxyHost=" + proxy.Addr().String() + " -Dhttp.proxyPort=" + strconv.Itoa(int(proxy.Port())) +
 			" -Dhttps.proxyHost=" + proxy.Addr().String() + " -Dhttps.proxyPort=" + strconv.Itoa(int(proxy.Port())) +
-			" -Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]",
+			" -Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]" + javaTrust,
 	}
 	for _, k := range CABundleVars {
 		set[k] = bundle
@@ -65,4 +72,10 @@ func Env(host []string, clean bool, keep []string, proxy netip.AddrPort, bundle 
 var CABundleVars = []string{
 	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "npm_config_cafile",
 	"CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO", "AWS_CA_BUNDLE", "DENO_CERT",
+}
+
+// JavaOptionSafe reports whether a path can be a JAVA_TOOL_OPTIONS value:
+// that variable is split at whitespace and has no portable quoting.
+func JavaOptionSafe(path string) bool {
+	return path != "" && !strings.ContainsAny(path, " \t\n\r\"'")
 }

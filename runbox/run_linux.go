@@ -32,7 +32,8 @@ type box struct {
 	link   *sandbox.Link
 	table  string
 	tmp    string
-	record string // path of the run record
+	cg     *runCgroup // nil where cgroup v2 is not available
+	record string     // path of the run record
 	cmd    *exec.Cmd
 	waitc  chan error
 	stop   func() // stops the gateway and waits for it
@@ -47,9 +48,18 @@ func (b *box) teardown() {
 	}
 	if b.cmd != nil && b.waitc != nil {
 		// The PID namespace's init: killing it kills every process of the
-		// sandbox; Wait returns once they are all gone.
+		// sandbox; Wait returns once they are all gone. The cgroup's kill
+		// goes first: it takes every process at once.
+		if b.cg != nil {
+			os.WriteFile(filepath.Join(b.cg.path, "cgroup.kill"), []byte("1"), 0)
+		}
 		b.cmd.Process.Kill()
 		<-b.waitc
+	}
+	if b.cg != nil {
+		if err := b.cg.destroy(); err != nil {
+			b.log.Error("removing the sandbox cgroup", "err", err)
+		}
 	}
 	linkGone := b.link == nil
 	if b.link != nil {
@@ -109,61 +119,111 @@ func Run(ctx context.Context, c Config) (int, error) {
 	}
 	b := &box{log: term, gw: gw}
 	defer b.teardown()
-	b.name = sandbox.PIDName(NSPrefix, "run")
-	if b.sbx, err = sandbox.Create(b.name); err != nil {
+	if err := b.build(c.Policy, runDir); err != nil {
 		return 0, err
 	}
-	if b.tmp, err = os.MkdirTemp("", "egressd-run-"); err != nil {
-		return 0, err
-	}
-	os.Chmod(b.tmp, 0o755)
-	link, index, err := wireLink(c.Policy, b.sbx, gw)
+	logFile, lf, err := openRunLog(c)
 	if err != nil {
 		return 0, err
-	}
-	b.link = link
-	b.table = fmt.Sprintf("%s%d", TablePrefix, index)
-	rec := record{PID: os.Getpid(), Cookie: gw.Cookie(), NS: b.name, Table: b.table, Link: link.GatewayName, Tmp: b.tmp}
-	if err := writeRecord(runDir, rec); err != nil {
-		return 0, err
-	}
-	b.record = rec.path(runDir)
-
-	logFile := c.LogFile
-	if logFile == "" {
-		logFile = filepath.Join(c.StateDir, "run.log")
-	}
-	if err := os.MkdirAll(filepath.Dir(logFile), 0o700); err != nil {
-		return 0, fmt.Errorf("--log: %w", err)
-	}
-	lf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return 0, fmt.Errorf("--log: %w", err)
 	}
 	defer lf.Close()
 	sum := &summary{}
 	log := slog.New(&logHandler{file: slog.NewJSONHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}), term: term.Handler(), sum: sum})
 
-	gw4 := link.Gateway4.Addr()
+	gw4 := b.link.Gateway4.Addr()
 	rp := Policy(c.Policy, gw4, !c.NoTransparent)
 	proxyAP := netip.MustParseAddrPort(rp.Listen.Proxy)
-	dnsAP := netip.MustParseAddrPort(rp.Listen.DNS)
+	v, err := b.startGateway(ctx, c, rp, log, sum, logFile)
+	if err != nil || ctx.Err() != nil {
+		if err == nil { // Ctrl-C during the proof: CMD never starts
+			return 128 + int(syscall.SIGINT), nil
+		}
+		return 0, err
+	}
+	if !v.Sealed || v.Err != nil {
+		return ExitNotSealed, &NotSealedError{Reason: verdictReason(v)}
+	}
+	env, resolvConf, err := b.commandEnv(c, gw4, proxyAP)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.startCommand(c, env, resolvConf); err != nil {
+		return 0, fmt.Errorf("start %s: %w", c.Argv[0], err)
+	}
+	werr := waitCommand(ctx, b.cmd, b.waitc)
+	b.waitc = nil // every process of the sandbox is gone
+	return exitCode(werr)
+}
+
+// build makes the run's namespace, temp dir, cgroup and link, and writes
+// the run record (before any wall exists, so a crash is always swept).
+func (b *box) build(p *policy.Policy, runDir string) error {
+	var err error
+	b.name = sandbox.PIDName(NSPrefix, "run")
+	if b.sbx, err = sandbox.Create(b.name); err != nil {
+		return err
+	}
+	if b.tmp, err = os.MkdirTemp("", "egressd-run-"); err != nil {
+		return err
+	}
+	os.Chmod(b.tmp, 0o755)
+	b.cg = newRunCgroup(b.log)
+	link, index, err := wireLink(p, b.sbx, b.gw)
+	if err != nil {
+		return err
+	}
+	b.link = link
+	b.table = fmt.Sprintf("%s%d", TablePrefix, index)
+	rec := record{PID: os.Getpid(), Cookie: b.gw.Cookie(), NS: b.name, Table: b.table, Link: link.GatewayName, Tmp: b.tmp}
+	if b.cg != nil {
+		rec.Cgroup = b.cg.path
+	}
+	if err := writeRecord(runDir, rec); err != nil {
+		return err
+	}
+	b.record = rec.path(runDir)
+	return nil
+}
+
+// openRunLog opens --log (default StateDir/run.log) for appending.
+func openRunLog(c Config) (string, *os.File, error) {
+	logFile := c.LogFile
+	if logFile == "" {
+		logFile = filepath.Join(c.StateDir, "run.log")
+	}
+	if err := os.MkdirAll(filepath.Dir(logFile), 0o700); err != nil {
+		return "", nil, fmt.Errorf("--log: %w", err)
+	}
+	lf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", nil, fmt.Errorf("--log: %w", err)
+	}
+	return logFile, lf, nil
+}
+
+// startGateway starts the run's gateway (proxy, DNS, walls) and waits for
+// its boot verdict: the probe from inside the sandbox, unless --no-probe.
+// It returns with a nil error and ctx done when interrupted during the
+// proof.
+func (b *box) startGateway(ctx context.Context, c Config, rp *policy.Policy, log *slog.Logger, sum *summary, logFile string) (daemon.Verdict, error) {
 	booted := make(chan daemon.Verdict, 1)
-	spec := Gateway(c, rp, b.table, link, log)
+	spec := Gateway(c, rp, b.table, b.link, log)
 	spec.Booted = func(v daemon.Verdict) { booted <- v }
 	if !c.NoProbe && c.Probe != nil {
-		target := ProbeTarget{Name: b.name, NS: b.sbx, Policy: rp, Proxy: proxyAP, DNS: dnsAP}
+		target := ProbeTarget{Name: b.name, NS: b.sbx, Policy: rp,
+			Proxy: netip.MustParseAddrPort(rp.Listen.Proxy), DNS: netip.MustParseAddrPort(rp.Listen.DNS)}
 		spec.Verify = func(ctx context.Context, _ *policy.Policy) (v daemon.Verdict) {
 			sum.hold(func() { v = c.Probe(ctx, target) })
 			return v
 		}
 	} else {
-		spec.NoSelftest = true
+		// --no-probe is an explicit choice to run unverified.
+		spec.NoSelftest, spec.AllowUnverified = true, true
 		fmt.Fprintln(c.Stderr, "egressd run: WARNING: --no-probe: the sandbox is not proven sealed before the command starts")
 	}
 	g, err := daemon.NewGateway(spec)
 	if err != nil {
-		return 0, err
+		return daemon.Verdict{}, err
 	}
 	b.walled = true // from here on the table may exist
 	dctx, cancel := context.WithCancel(context.Background())
@@ -175,44 +235,68 @@ func Run(ctx context.Context, c Config) (int, error) {
 		g.Close()
 	}
 	b.done = func() { sum.write(c.Stderr, logFile) }
-	var v daemon.Verdict
 	select {
-	case v = <-booted:
+	case v := <-booted:
+		return v, nil
 	case err := <-runErr:
 		runErr <- err
-		return 0, err
-	case <-ctx.Done(): // Ctrl-C during the proof: CMD never starts
-		return 128 + int(syscall.SIGINT), nil
+		return daemon.Verdict{}, err
+	case <-ctx.Done():
+		return daemon.Verdict{}, nil
 	}
-	if !v.Sealed || v.Err != nil {
-		return ExitNotSealed, &NotSealedError{Reason: verdictReason(v)}
-	}
+}
 
+// commandEnv writes the sandbox's resolv.conf, CA bundle and Java trust
+// store, and returns CMD's environment; it warns about variables that
+// look like credentials.
+func (b *box) commandEnv(c Config, gw4 netip.Addr, proxyAP netip.AddrPort) ([]string, string, error) {
 	resolvConf, err := sandbox.WriteResolvConf(b.tmp, gw4)
 	if err != nil {
-		return 0, err
+		return nil, "", err
 	}
 	authority, err := ca.LoadOrCreate(filepath.Join(c.StateDir, "ca"))
 	if err != nil {
-		return 0, err
+		return nil, "", err
 	}
 	bundle, err := writeCABundle(filepath.Join(b.tmp, "ca-bundle.pem"), authority.CertPEM())
 	if err != nil {
-		return 0, err
+		return nil, "", err
 	}
-	env, suspicious := Env(c.Env, c.CleanEnv, c.KeepEnv, proxyAP, bundle)
+	javaStore, err := writeJavaTrustStore(filepath.Join(b.tmp, "java-truststore.jks"), bundle)
+	if err != nil {
+		return nil, "", err
+	}
+	if !JavaOptionSafe(javaStore) {
+		b.log.Warn("Java gets no trust store: its path has whitespace or quotes, which JAVA_TOOL_OPTIONS cannot carry (set TMPDIR)", "path", javaStore)
+	}
+	env, suspicious := Env(c.Env, c.CleanEnv, c.KeepEnv, proxyAP, bundle, javaStore)
 	if len(suspicious) > 0 {
 		fmt.Fprintf(c.Stderr, "egressd run: WARNING: passing %d variable(s) that look like credentials into the sandbox: %s (--clean-env drops them; --env KEY keeps one and silences this)\n",
 			len(suspicious), strings.Join(suspicious, ", "))
 	}
+	return env, resolvConf, nil
+}
+
+// startCommand starts CMD under the sandbox's init, in its own PID
+// namespace and (where available) cloned straight into the run's cgroup;
+// b.cmd and b.waitc are set once it runs.
+func (b *box) startCommand(c Config, env []string, resolvConf string) error {
 	self := c.Self
 	if self == "" {
 		self = "/proc/self/exe"
 	}
-	cmd := sandbox.NSExecCommandAs(self, b.sbx.Path(), resolvConf, c.Cred, c.Argv)
-	sandbox.NewPIDNamespace(cmd)
-	cmd.Env = env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	newCmd := func(cg *runCgroup) *exec.Cmd {
+		cmd := sandbox.NSExecCommandAs(self, b.sbx.Path(), resolvConf, c.Cred, c.Argv)
+		sandbox.NewPIDNamespace(cmd)
+		if cg != nil {
+			// Cloned straight into the run's cgroup: no instant outside it.
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
+		}
+		cmd.Env = env
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+		return cmd
+	}
+	cmd := newCmd(b.cg)
 	startc := make(chan error, 1)
 	waitc := make(chan error, 1)
 	go func() {
@@ -220,31 +304,51 @@ func Run(ctx context.Context, c Config) (int, error) {
 		// this one lives until the child is gone.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		err := cmd.Start()
+		if err != nil && b.cg != nil {
+			// The kernel refused the cgroup (clone3 or delegation): the
+			// PID namespace still holds every process.
+			b.log.Info("no cgroup for the sandbox: cloning into it failed (its PID namespace still holds every process)", "err", err)
+			if derr := b.cg.destroy(); derr != nil {
+				b.log.Error("removing the sandbox cgroup", "err", derr)
+			}
+			b.cg = nil
+			cmd = newCmd(nil)
+			err = cmd.Start()
+		}
+		if err != nil {
 			startc <- err
 			return
+		}
+		if b.cg != nil {
+			b.cg.closeFD()
 		}
 		startc <- nil
 		waitc <- cmd.Wait()
 	}()
 	if err := <-startc; err != nil {
-		return 0, fmt.Errorf("start %s: %w", c.Argv[0], err)
+		return err
 	}
 	b.cmd, b.waitc = cmd, waitc
-	var werr error
+	return nil
+}
+
+// waitCommand waits for CMD; Ctrl-C and SIGTERM go to the command, which
+// gets 10 s to end before it is killed.
+func waitCommand(ctx context.Context, cmd *exec.Cmd, waitc chan error) error {
 	select {
-	case werr = <-waitc:
-	case <-ctx.Done(): // Ctrl-C and SIGTERM go to the command; egressd waits for it
+	case werr := <-waitc:
+		return werr
+	case <-ctx.Done():
 		cmd.Process.Signal(os.Interrupt)
 		select {
-		case werr = <-waitc:
+		case werr := <-waitc:
+			return werr
 		case <-time.After(10 * time.Second):
 			cmd.Process.Kill()
-			werr = <-waitc
+			return <-waitc
 		}
 	}
-	b.waitc = nil // every process of the sandbox is gone
-	return exitCode(werr)
 }
 
 // Gateway is the gateway of one run, for [daemon.NewGateway]: the run's

@@ -57,7 +57,7 @@ func TestEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env, sus := Env(host, tt.clean, tt.keep, proxy, "/b")
+			env, sus := Env(host, tt.clean, tt.keep, proxy, "/b", "/b.jks")
 			joined := "\n" + strings.Join(env, "\n") + "\n"
 			for _, h := range tt.has {
 				if !strings.Contains(joined, "\n"+h+"\n") {
@@ -73,5 +73,30 @@ func TestEnv(t *testing.T) {
 				t.Errorf("suspicious: got %v, want %v", sus, tt.suspicious)
 			}
 		})
+	}
+}
+
+// TestEnvJavaTrustStore: JAVA_TOOL_OPTIONS names the JKS trust store, its
+// type and password; a path JAVA_TOOL_OPTIONS cannot carry is left out.
+func TestEnvJavaTrustStore(t *testing.T) {
+	proxy := mustAP("10.0.0.1:3128")
+	for _, tt := range []struct {
+		store string
+		want  bool
+	}{{"/tmp/egressd-run-1/java-truststore.jks", true}, {"/tmp/my dir/t.jks", false}, {"", false}} {
+		env, _ := Env(nil, false, nil, proxy, "/b", tt.store)
+		var opts string
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "JAVA_TOOL_OPTIONS="); ok {
+				opts = v
+			}
+		}
+		if !strings.Contains(opts, "-Dhttps.proxyHost=10.0.0.1 -Dhttps.proxyPort=3128") {
+			t.Errorf("%q: no proxy in JAVA_TOOL_OPTIONS: %s", tt.store, opts)
+		}
+		want := "-Djavax.net.ssl.trustStore=" + tt.store + " -Djavax.net.ssl.trustStoreType=JKS -Djavax.net.ssl.trustStorePassword=" + TrustStorePassword
+		if got := strings.Contains(opts, "trustStore"); got != tt.want || tt.want && !strings.Contains(opts, want) {
+			t.Errorf("%q: JAVA_TOOL_OPTIONS=%s", tt.store, opts)
+		}
 	}
 }

@@ -24,6 +24,7 @@ type record struct {
 	Table  string `json:"table"`
 	Link   string `json:"link"`
 	Tmp    string `json:"tmp"`
+	Cgroup string `json:"cgroup,omitempty"` // the run's cgroup v2 child, if it had one
 }
 
 func (r record) path(dir string) string {
@@ -75,24 +76,11 @@ func Sweep(gw *sandbox.NS, runDir, ifPrefix string, all bool) (Swept, error) {
 			out.Live = append(out.Live, fmt.Sprintf("%s (egressd run pid %d)", r.Table, r.PID))
 			continue
 		}
-		if err := sandbox.DeleteLink(gw, r.Link); err != nil {
-			errs = append(errs, err)
-			continue // the table stays: never a link without its wall
-		}
-		out.Removed = append(out.Removed, "link "+r.Link)
-		if err := sandbox.Delete(r.NS); err == nil {
-			out.Removed = append(out.Removed, "netns "+r.NS)
-		}
-		if err := nft.Down(nft.CurrentNamespace, r.Table); err == nil {
-			out.Removed = append(out.Removed, "table inet "+r.Table)
-		} else if !errors.Is(err, nft.ErrNoTable) {
+		removed, err := sweepDead(gw, r)
+		out.Removed = append(out.Removed, removed...)
+		if err != nil {
 			errs = append(errs, err)
 			continue
-		}
-		if r.Tmp != "" && strings.Contains(filepath.Base(r.Tmp), "egressd-run-") {
-			if os.RemoveAll(r.Tmp) == nil {
-				out.Removed = append(out.Removed, "dir "+r.Tmp)
-			}
 		}
 		os.Remove(path)
 	}
@@ -134,4 +122,39 @@ func Sweep(gw *sandbox.NS, runDir, ifPrefix string, all bool) (Swept, error) {
 		out.Removed = append(out.Removed, "table inet "+t)
 	}
 	return out, errors.Join(errs...)
+}
+
+// sweepDead removes what the dead run r left: its cgroup, link,
+// namespace, table and temp dir, in that order. It stops at the first
+// failure that could leave a link without its wall (or live processes),
+// so the rest stays for a later sweep.
+func sweepDead(gw *sandbox.NS, r record) (removed []string, err error) {
+	if r.Cgroup != "" {
+		// Its processes died with its init (PR_SET_PDEATHSIG); kill what
+		// is left in the cgroup the dead run made, then remove it.
+		if _, err := os.Stat(r.Cgroup); err == nil {
+			if err := killCgroup(r.Cgroup); err != nil {
+				return removed, err // processes may live: the wall stays
+			}
+			removed = append(removed, "cgroup "+r.Cgroup)
+		}
+	}
+	if err := sandbox.DeleteLink(gw, r.Link); err != nil {
+		return removed, err // the table stays: never a link without its wall
+	}
+	removed = append(removed, "link "+r.Link)
+	if err := sandbox.Delete(r.NS); err == nil {
+		removed = append(removed, "netns "+r.NS)
+	}
+	if err := nft.Down(nft.CurrentNamespace, r.Table); err == nil {
+		removed = append(removed, "table inet "+r.Table)
+	} else if !errors.Is(err, nft.ErrNoTable) {
+		return removed, err
+	}
+	if r.Tmp != "" && strings.Contains(filepath.Base(r.Tmp), "egressd-run-") {
+		if os.RemoveAll(r.Tmp) == nil {
+			removed = append(removed, "dir "+r.Tmp)
+		}
+	}
+	return removed, nil
 }

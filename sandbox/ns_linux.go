@@ -60,6 +60,34 @@ func Create(name string) (*NS, error) {
 	return ns, nil
 }
 
+// CreateUnnamed makes a new network namespace held only by the returned
+// handle: no name under NetnsDir, no bind mount, so it needs CAP_SYS_ADMIN
+// for unshare(2) but no writable /run and no mount rights, and it cannot
+// outlive the process. Path() is /proc/PID/fd/FD while the handle is open.
+func CreateUnnamed() (*NS, error) {
+	var ns *NS
+	err := onLockedThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unshare: %w", err)
+		}
+		fd, err := unix.Open(threadNSPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		cookie, err := threadCookie()
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		ns = &NS{path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), fd: fd, cookie: cookie}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: create unnamed namespace: %w", err)
+	}
+	return ns, nil
+}
+
 // Open opens the named namespace NetnsDir/name.
 func Open(name string) (*NS, error) {
 	if err := validName(name); err != nil {

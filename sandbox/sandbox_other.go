@@ -19,6 +19,9 @@ func unsupported(what string) error {
 // Create is Linux-only.
 func Create(name string) (*NS, error) { return nil, unsupported("create namespace") }
 
+// CreateUnnamed is Linux-only.
+func CreateUnnamed() (*NS, error) { return nil, unsupported("create namespace") }
+
 // Open is Linux-only.
 func Open(name string) (*NS, error) { return nil, unsupported("open namespace") }
 

@@ -148,13 +148,18 @@ func wire(spec Veth) (_ *Link, err error) {
 	}
 
 	// Global addresses carry IFA_F_NODAD; accept_dad 0 also spares the
-	// link-local its DAD where net.ipv6.conf.all.accept_dad is 0 too.
+	// link-local its DAD where net.ipv6.conf.all.accept_dad is 0 too. It
+	// is an optimisation: where /proc/sys is read-only (systemd's
+	// ProtectKernelTunables, a container runtime) the link-local just
+	// runs its DAD.
 	if spec.Pool6.IsValid() {
-		if err := setSysctl(gw, "net/ipv6/conf/"+l.GatewayName+"/accept_dad", "0"); err != nil {
-			return nil, err
-		}
-		if err := setSysctl(sbx, "net/ipv6/conf/"+l.SandboxName+"/accept_dad", "0"); err != nil {
-			return nil, err
+		for _, e := range []struct {
+			ns   *NS
+			name string
+		}{{gw, l.GatewayName}, {sbx, l.SandboxName}} {
+			if err := setSysctl(e.ns, "net/ipv6/conf/"+e.name+"/accept_dad", "0"); err != nil && !errors.Is(err, unix.EROFS) {
+				return nil, err
+			}
 		}
 	}
 	ends := []linkEnd{{hg, gl, l.Gateway4, l.Gateway6}, {hs, sl, l.Sandbox4, l.Sandbox6}}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,14 @@ import (
 const denyHeader = "X-Egressd-Deny"
 
 const userAgent = "egressd-selftest"
+
+// userAgent is Config.UserAgent, else egressd-selftest.
+func (r *runner) userAgent() string {
+	if r.c.UserAgent != "" {
+		return r.c.UserAgent
+	}
+	return userAgent
+}
 
 // maxBody bounds what a probe reads of a response body.
 const maxBody = 64 << 10
@@ -89,7 +98,7 @@ func (r *runner) connect(ctx context.Context, hostport string) (resp *response, 
 		return nil, nil, nil, nil, err
 	}
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: hostport}, Host: hostport,
-		Header: http.Header{"User-Agent": {userAgent}}}
+		Header: http.Header{"User-Agent": {r.userAgent()}}}
 	setProxyUser(ctx, req.Header)
 	if err := req.Write(c); err != nil {
 		done()
@@ -131,7 +140,7 @@ func (r *runner) do(ctx context.Context, q Request, verify bool) (*response, err
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
-	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("User-Agent", r.userAgent())
 	for k, v := range q.Header {
 		req.Header.Set(k, v)
 	}
@@ -247,7 +256,7 @@ func (r *runner) canaryLog(ctx context.Context) outcome {
 	if err != nil {
 		return errored("bad URL", err.Error())
 	}
-	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("User-Agent", r.userAgent())
 	resp, err := cl.Do(req)
 	if err != nil {
 		return errored("log unreachable", err.Error())
@@ -259,6 +268,16 @@ func (r *runner) canaryLog(ctx context.Context) outcome {
 	}
 	if strings.Contains(string(b), r.token) {
 		return leak("token found", "the canary server logged this run's canary request: it got out")
+	}
+	var who []string
+	for id, tok := range r.c.CanaryTokens {
+		if strings.Contains(string(b), tok) {
+			who = append(who, id+" (token "+tok+")")
+		}
+	}
+	if len(who) > 0 {
+		slices.Sort(who)
+		return leak("identity token found", "the canary server logged the canary of "+strings.Join(who, ", ")+": that sandbox's canary got out")
 	}
 	return pass("token absent")
 }
@@ -275,7 +294,7 @@ func (r *runner) connectRefused(ctx context.Context, hostport string) outcome {
 
 // rawRefused sends GET rawURL with the given Host header, byte for byte.
 func (r *runner) rawRefused(ctx context.Context, rawURL, host, want string) outcome {
-	resp, err := r.raw(ctx, "GET "+rawURL+" HTTP/1.1\r\nHost: "+host+"\r\nUser-Agent: "+userAgent+"\r\nConnection: close\r\n\r\n")
+	resp, err := r.raw(ctx, "GET "+rawURL+" HTTP/1.1\r\nHost: "+host+"\r\nUser-Agent: "+r.userAgent()+"\r\nConnection: close\r\n\r\n")
 	if err != nil {
 		return proxyErr(err)
 	}

@@ -31,8 +31,12 @@ const (
 // Outcomes of a whole run, as Report.Outcome returns them.
 const (
 	OutcomeSealed     = "sealed"     // every probe passed
-	OutcomeLeak       = "leak"       // a probe leaked or a positive control failed
+	OutcomeLeak       = "leak"       // a probe leaked
 	OutcomeIncomplete = "incomplete" // no leak found, but some probes did not run
+	// OutcomeControlFailed: no leak, but a positive control could not
+	// reach its target (the network or the upstream may be down), so the
+	// refusals prove nothing. Not a leak: it must not page anyone as one.
+	OutcomeControlFailed = "control-failed"
 )
 
 // Result is one probe's outcome.
@@ -53,29 +57,52 @@ type Report struct {
 	Start    time.Time     `json:"time"`
 	Duration time.Duration `json:"duration_ns"`
 	Results  []Result      `json:"results"`
+	// Credentials are the long-lived keys an in-sandbox probe found in
+	// its environment and the well-known files of its user: names and
+	// locations, never values.
+	Credentials []Credential `json:"credentials,omitempty"`
+}
+
+// Credential is one long-lived key found inside a sandbox.
+type Credential struct {
+	Kind     string `json:"kind"`     // "aws-credentials", "ssh-private-key", "env-token", ...
+	Name     string `json:"name"`     // the variable, profile or key name
+	Location string `json:"location"` // the file, or "env"
 }
 
 // Sealed reports whether every probe ran and passed.
 func (r *Report) Sealed() bool { return r.Outcome() == OutcomeSealed }
 
-// Outcome is OutcomeLeak if any probe leaked or any positive control
-// failed, else OutcomeIncomplete if any probe did not run or could not
-// tell, else OutcomeSealed. An empty run is incomplete.
+// Outcome is OutcomeLeak if any probe leaked, else OutcomeControlFailed if
+// a positive control failed, else OutcomeIncomplete if any probe did not
+// run or could not tell, else OutcomeSealed. An empty run is incomplete.
 func (r *Report) Outcome() string {
 	out := OutcomeSealed
 	if len(r.Results) == 0 {
 		out = OutcomeIncomplete
 	}
+	control := false
 	for _, res := range r.Results {
 		switch res.Status {
-		case Leak, Failed:
+		case Leak:
 			return OutcomeLeak
+		case Failed:
+			control = true
 		case NotRun, Error:
 			out = OutcomeIncomplete
 		}
 	}
+	if control {
+		return OutcomeControlFailed
+	}
 	return out
 }
+
+// Leaks returns the results with status Leak.
+func (r *Report) Leaks() []Result { return r.with(Leak) }
+
+// ControlsFailed returns the positive controls that failed.
+func (r *Report) ControlsFailed() []Result { return r.with(Failed) }
 
 // Failures returns the results with status Leak or Failed.
 func (r *Report) Failures() []Result { return r.with(Leak, Failed) }
@@ -175,15 +202,20 @@ type jsonReport struct {
 	Probes     int       `json:"probes"`
 	Leaks      int       `json:"leaks"`
 	NotRun     int       `json:"not_run"`
-	Results    []Result  `json:"results"`
+	// ControlsFailed counts failed positive controls (not leaks).
+	ControlsFailed int          `json:"controls_failed"`
+	Results        []Result     `json:"results"`
+	Credentials    []Credential `json:"credentials,omitempty"`
 }
 
 // MarshalJSON adds outcome, sealed and counts to the results.
 func (r *Report) MarshalJSON() ([]byte, error) {
 	j := jsonReport{Time: r.Start, DurationMS: float64(r.Duration.Microseconds()) / 1000,
 		Outcome: r.Outcome(), Sealed: r.Sealed(), Probes: len(r.Results), Results: r.Results}
-	j.Leaks = len(r.Failures())
+	j.Leaks = len(r.Leaks())
+	j.ControlsFailed = len(r.ControlsFailed())
 	j.NotRun = len(r.Unfinished())
+	j.Credentials = r.Credentials
 	return json.Marshal(j)
 }
 
@@ -196,5 +228,6 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	r.Start = j.Time
 	r.Duration = time.Duration(j.DurationMS * float64(time.Millisecond))
 	r.Results = j.Results
+	r.Credentials = j.Credentials
 	return nil
 }

@@ -98,6 +98,10 @@ type Config struct {
 	// not through the proxy); a body that contains the canary token means
 	// the request arrived: a leak.
 	CanaryLog string
+	// CanaryTokens are every identity's canary token (identity → token),
+	// when the canary name or URL carries one: the canary-log probe
+	// reports a leak naming each identity whose token the log holds.
+	CanaryTokens map[string]string
 	// Unlisted is a host:port no rule covers; a CONNECT to it must be
 	// refused. Empty: the probe is skipped.
 	Unlisted string
@@ -135,6 +139,11 @@ type Config struct {
 	// RootCAs verifies the positive controls' TLS: the upstream roots and,
 	// for inspected rules, egressd's CA. Nil: the system roots.
 	RootCAs *x509.CertPool
+
+	// UserAgent of every request through the proxy; "": egressd-selftest.
+	// `egressd probe` sends egressd-probe/TOKEN, the run token of its plan,
+	// so egressd counts its requests as probe traffic.
+	UserAgent string
 
 	// Timeout bounds each probe; zero means 1.5 s. Blocked probes wait the
 	// whole timeout (silence is what a wall looks like), so a run takes

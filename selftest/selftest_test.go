@@ -115,7 +115,8 @@ func TestOutcome(t *testing.T) {
 	}{
 		{"all pass", r(Pass, Pass), OutcomeSealed},
 		{"a leak", r(Pass, Leak, NotRun), OutcomeLeak},
-		{"a failed control", r(Pass, Failed), OutcomeLeak},
+		{"a failed control", r(Pass, Failed), OutcomeControlFailed},
+		{"a failed control and a leak", r(Failed, Leak), OutcomeLeak},
 		{"not run", r(Pass, NotRun), OutcomeIncomplete},
 		{"error", r(Error, Pass), OutcomeIncomplete},
 		{"empty", r(), OutcomeIncomplete},

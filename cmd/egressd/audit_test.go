@@ -96,10 +96,11 @@ func TestAuditSinkWithDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := daemon.New(daemon.Options{
-		Load:          func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "test.yaml") },
-		Logger:        log,
-		NoSelftest:    true,
-		ProxyListener: pl,
+		Load:            func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "test.yaml") },
+		Logger:          log,
+		NoSelftest:      true,
+		AllowUnverified: true,
+		ProxyListener:   pl,
 	})
 	if err != nil {
 		t.Fatal(err)

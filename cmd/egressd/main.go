@@ -27,7 +27,7 @@ const usage = `usage: egressd <command> [flags]
 
 commands:
   serve     [--config FILE] [--state-dir DIR] [--walls] [--walls-interval D]
-            [--audit-log FILE] [--log-level L] [--no-selftest]
+            [--audit-log FILE] [--log-level L] [--no-selftest [--allow-unverified]]
                                                 run the proxy, DNS filter and admin endpoint
   run       [--config FILE] -- CMD [ARGS]       run CMD in a sealed sandbox namespace (root)
   check     [--config FILE] [--identity ID] [--method M] [--content-type T] [--json] TARGET
@@ -42,6 +42,8 @@ commands:
                                                 write a commented starting config
   selftest  [--config FILE] [--json] [--state-dir DIR]
                                                 run the escape probes
+  probe     [--proxy HOST:PORT] [--dns HOST:PORT] [--json] [--junit FILE] [--every D | -- CMD [ARGS]]
+                                                the escape probes from inside a sandbox, reported to egressd
   nft       apply|show|down [--config FILE]     the kernel walls
   report    [--config FILE] [--state-dir DIR] [--log FILE]
                                                 evidence pack for auditors (Markdown)

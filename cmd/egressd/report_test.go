@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/selftest"
+	"github.com/egressd/egressd/selftest/probens"
 )
 
 const reportConfig = `version: 1
@@ -32,6 +33,8 @@ const decisionLines = `{"time":"2026-11-30T10:00:00Z","level":"INFO","msg":"serv
 {"time":"2026-11-30T10:00:03Z","level":"WARN","msg":"decision","component":"proxy","identity":"agent-b","method":"CONNECT","host":"evil.example","port":443,"path":"","rule":"","decision":"deny","reason":"no-rule","high_risk":false,"status":403}
 {"time":"2026-11-30T10:00:04Z","level":"WARN","msg":"decision","component":"proxy","identity":"agent-b","method":"CONNECT","host":"evil.example","port":443,"path":"","rule":"","decision":"deny","reason":"no-rule","high_risk":false,"status":403}
 {"time":"2026-11-30T10:00:05Z","level":"WARN","msg":"decision","component":"proxy","identity":"agent-a","method":"POST","host":"pypi.org","port":443,"path":"/legacy/","rule":"pypi","decision":"deny","reason":"mirror","high_risk":false,"status":403}
+{"time":"2026-11-30T10:00:06Z","level":"WARN","msg":"decision","component":"proxy","identity":"egressd-selftest","method":"GET","host":"169.254.169.254","port":80,"path":"/latest/meta-data/","rule":"","decision":"deny","reason":"high-risk","high_risk":true,"status":403}
+{"time":"2026-11-30T10:00:07Z","level":"WARN","msg":"decision","component":"proxy","identity":"egressd-probe/agent-b","method":"GET","host":"169.254.169.254","port":80,"path":"/latest/meta-data/","rule":"","decision":"deny","reason":"high-risk","high_risk":true,"status":403}
 not json at all
 `
 
@@ -49,11 +52,17 @@ func TestReport(t *testing.T) {
 	}
 	state := filepath.Join(dir, "state")
 	for i, r := range runs {
-		if err := appendHistory(state, historyLine{Source: []string{"serve", "serve", "selftest"}[i], Mode: modeNamespace, Config: cfg, Report: r}); err != nil {
+		if err := selftest.AppendHistory(state, selftest.HistoryLine{Source: []string{"serve", "serve", "selftest"}[i], Mode: probens.ModeNamespace, Config: cfg, Report: r}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f, _ := os.OpenFile(filepath.Join(state, historyFile), os.O_APPEND|os.O_WRONLY, 0)
+	// an in-sandbox probe's result, with a credential it found
+	probeRun := &selftest.Report{Start: t0.Add(90 * time.Minute), Results: []selftest.Result{{ID: "udp/198.51.100.8:53", Status: selftest.Leak, Route: "direct udp", Target: "198.51.100.8:53", Detail: "answered"}},
+		Credentials: []selftest.Credential{{Kind: "aws-credentials", Name: "default", Location: "/home/agent/.aws/credentials"}}}
+	if err := selftest.AppendHistory(state, selftest.HistoryLine{Source: "probe", Mode: "sandbox", Identity: "agent-b", Report: probeRun}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.OpenFile(filepath.Join(state, selftest.HistoryFile), os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString("{truncated\n")
 	f.Close()
 
@@ -74,13 +83,21 @@ func TestReport(t *testing.T) {
 				"| ssh | all | git.example.com | - | 22, 8000-8100 | * | - | - | - | false | - |",
 				"| 2026-11-30T10:00:00Z | serve | namespace | leak | 2 | 1 | 0 | 1.6s |",
 				"| 2026-11-30T11:00:00Z | selftest | namespace | incomplete | 1 | 0 | 1 | 0s |",
-				"| - | unreadable line 4 |",
+				"| - | unreadable line 5 |",
 				"- 2026-11-30T10:00:00Z: **LEAK** `tcp/198.51.100.7:443` (direct tcp, target `198.51.100.7:443`): a direct TCP connection succeeded",
 				"5 decisions between 2026-11-30T10:00:01Z and 2026-11-30T10:00:05Z, 1 allowed, 4 denied, 1 high-risk (1 lines were not JSON and were skipped)",
 				"| 2026-11-30T10:00:02Z | agent-a | GET 169.254.169.254:80/latest/meta-data/ | deny | high-risk |",
 				"| no-rule | evil.example | agent-b | 2 |",
 				"| mirror | pypi.org | agent-a | 1 |",
-			}, nil},
+				// in-sandbox probes, per identity, apart from egressd's own runs
+				"| agent-b | 2026-11-30T10:30:00Z |",
+				"- agent-b at 2026-11-30T10:30:00Z: **LEAK** `udp/198.51.100.8:53`",
+				// probe traffic is counted apart, never a sandbox's high-risk hit
+				"2 decisions on probe traffic",
+				"### Metadata and action pages blocked",
+				"| agent-a | pypi.org | 1 |",
+				"| agent-b | aws-credentials | default | /home/agent/.aws/credentials |",
+			}, []string{"| egressd-selftest |", "egressd-probe/agent-b |"}},
 		{"no walls, no log", func() (string, error) { return "", errors.New("nft: needs root") },
 			nil,
 			[]string{"> Not available: nft: needs root.", "No decision log given: pass `--log FILE`"},

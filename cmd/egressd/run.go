@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/egressd/egressd/runbox"
+	"github.com/egressd/egressd/selftest/probens"
 )
 
 func init() { commands["run"] = cmdRun }
@@ -57,7 +58,7 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 	code, err := runbox.Run(ctx, runbox.Config{
 		Policy: p, Logger: log, LogFile: *logFile, StateDir: *stateDir, Cred: cred, Argv: argv,
 		Env: os.Environ(), CleanEnv: *cleanEnv, KeepEnv: keep, NoTransparent: *noTransparent,
-		Probe: runProbe(*stateDir, stderr), NoProbe: *noProbe, ReadyExempt: probeConns.has,
+		Probe: runProbe(*stateDir, stderr), NoProbe: *noProbe, ReadyExempt: probens.Conns.Has,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: stderr,
 	})
 	var ns *runbox.NotSealedError

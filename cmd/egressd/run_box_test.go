@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/egressd/egressd/selftest"
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
@@ -60,7 +61,7 @@ func TestRunProbe(t *testing.T) {
 		t.Fatalf("sealed: exit %d\n%s", code, out)
 	}
 	if os.Getenv("EGRESSD_BIN") == "" {
-		h, err := os.ReadFile(filepath.Join(l.state, historyFile))
+		h, err := os.ReadFile(filepath.Join(l.state, selftest.HistoryFile))
 		if err != nil || !strings.Contains(string(h), `"source":"run"`) || !strings.Contains(string(h), `"mode":"sandbox egr`) {
 			t.Errorf("self-test history: %v\n%s", err, h)
 		}

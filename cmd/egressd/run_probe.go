@@ -6,10 +6,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 
+	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/runbox"
 	"github.com/egressd/egressd/selftest"
+	"github.com/egressd/egressd/selftest/plan"
+	"github.com/egressd/egressd/selftest/probens"
 )
 
 // runProbe is `egressd run`'s proof before CMD: the self-test catalog for
@@ -18,17 +22,16 @@ import (
 // The run goes into the self-test history under the sandbox's name.
 func runProbe(stateDir string, stderr io.Writer) func(context.Context, runbox.ProbeTarget) daemon.Verdict {
 	return func(ctx context.Context, t runbox.ProbeTarget) daemon.Verdict {
-		e := nsProbeEnv(t.NS)
-		e.proxy, e.proxyDial = t.Proxy, e.dial
-		e.dns, e.dnsDial = t.DNS, e.dial
-		c := selftestConfig(t.Policy, trustRoots(t.Policy, stateDir))
-		e.apply(&c)
+		e := probens.NSEnv(t.NS)
+		e.InNS(t.Proxy, t.DNS)
+		c := plan.Derive(t.Policy, plan.TrustRoots(t.Policy, filepath.Join(stateDir, "ca", ca.CertFile)))
+		e.Apply(&c)
 		rep, err := selftest.Run(ctx, c)
 		if err == nil {
 			if herr := recordRun(stateDir, "run", "sandbox "+t.Name, t.Policy, rep); herr != nil {
 				fmt.Fprintf(stderr, "egressd run: %v\n", herr)
 			}
 		}
-		return verdict(rep, err)
+		return probens.Verdict(rep, err)
 	}
 }

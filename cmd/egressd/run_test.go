@@ -25,6 +25,7 @@ import (
 
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/runbox"
 	"github.com/egressd/egressd/sandbox"
 )
 
@@ -267,7 +268,7 @@ func processesWith(s string) []int {
 func TestRunCrashLeavesNothing(t *testing.T) {
 	l := newRunLab(t, runConfig)
 	token := nonceSeconds()
-	cmd := l.command(append(l.runArgs(), "--", "sh", "-c", "echo up; exec sleep "+token)...)
+	cmd := l.command(append(l.runArgs(), "--", "sh", "-c", "echo up; cat /proc/self/cgroup; exec sleep "+token)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -277,11 +278,23 @@ func TestRunCrashLeavesNothing(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	r := bufio.NewReader(stdout)
+	line, err := r.ReadString('\n')
 	if err != nil || line != "up\n" {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Fatalf("the run did not start: %q %v\n%s", line, err, errb.String())
+	}
+	var cgroup string // the dead run's cgroup, which the next run must remove
+	for cgroup == "" {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			break
+		}
+		cgroup = cgroupOf(line)
+	}
+	if runbox.Cgroup2Root() != "" && !strings.HasPrefix(filepath.Base(cgroup), "egressd-run-") {
+		t.Errorf("the run's command is not in a run cgroup: %q", cgroup)
 	}
 	if tables := l.tables(t); len(tables) == 0 {
 		t.Fatal("no run table while the run is live")
@@ -293,6 +306,11 @@ func TestRunCrashLeavesNothing(t *testing.T) {
 	})
 	cmd.Process.Kill() // kill -9
 	cmd.Wait()
+	if cgroup != "" {
+		if _, err := os.Stat(cgroup); err != nil {
+			t.Errorf("the killed run's cgroup is already gone (%v): the sweep is not shown", err)
+		}
+	}
 	if out, code := l.run(t, nil, "true"); code != 0 {
 		t.Fatalf("the next run: exit %d\n%s", code, out)
 	}
@@ -307,6 +325,11 @@ func TestRunCrashLeavesNothing(t *testing.T) {
 	for _, p := range processesWith("sleep " + token) {
 		syscall.Kill(p, syscall.SIGKILL)
 		t.Errorf("the dead run's command survived (pid %d)", p)
+	}
+	if cgroup != "" {
+		if _, err := os.Stat(cgroup); !os.IsNotExist(err) {
+			t.Errorf("the dead run's cgroup %s was not swept (%v)", cgroup, err)
+		}
 	}
 	l.assertNothingLeft(t)
 }

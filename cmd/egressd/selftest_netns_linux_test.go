@@ -25,9 +25,11 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"cmp"
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/sandbox"
 	"github.com/egressd/egressd/selftest"
 )
@@ -86,6 +88,10 @@ type stLab struct {
 	cfg   string
 	state string
 	serve *serveProc
+	// wrap runs serve under another command (setpriv ... --); until is
+	// the log line startServe waits for (default: "ready").
+	wrap  []string
+	until string
 }
 
 func newSTLab(t *testing.T) *stLab {
@@ -149,7 +155,7 @@ func (l *stLab) egressd(t *testing.T, cred *syscall.Credential, args ...string) 
 func (l *stLab) startServe(t *testing.T, extra ...string) {
 	t.Helper()
 	t.Cleanup(func() { nft.Down(l.topo.Gateway.Fd(), nft.DefaultTable) }) // the walls outlive serve by design
-	l.serve = startServeIn(t, l.topo, l.bin, append([]string{"--walls", "--walls-interval", "1h", "--config", l.cfg, "--state-dir", l.state}, extra...)...)
+	l.serve = startServeWrapped(t, l.topo, l.bin, l.wrap, cmp.Or(l.until, `"msg":"ready"`), append([]string{"--walls", "--walls-interval", "1h", "--config", l.cfg, "--state-dir", l.state}, extra...)...)
 }
 
 // readyz returns serve's readiness as the admin endpoint says it.
@@ -195,7 +201,7 @@ func tableOf(rep *selftest.Report) string {
 // without root it runs only the proxy-level probes, says so, and exits 2.
 func TestSelftestCommand(t *testing.T) {
 	l := newSTLab(t)
-	l.startServe(t, "--no-selftest") // proven by the command below
+	l.startServe(t, "--no-selftest", "--allow-unverified") // proven by the command below
 
 	start := time.Now()
 	code, out, errs := l.egressd(t, nil, "selftest", "--json", "--config", l.cfg, "--state-dir", l.state)
@@ -327,4 +333,13 @@ func insertAcceptRule(t *testing.T, ns int, proto byte, dst netip.AddrPort) {
 	if err := c.Flush(); err != nil {
 		t.Fatalf("open hole %s: %v", dst, err)
 	}
+}
+
+func mustPolicy(t *testing.T, cfg string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse(strings.NewReader(cfg), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

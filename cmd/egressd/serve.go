@@ -12,6 +12,7 @@ import (
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/selftest"
 )
 
 func init() { commands["serve"] = cmdServe }
@@ -39,13 +40,14 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs := newFlagSet("serve", stderr)
 	cfg := configFlag(fs)
 	stateDir := fs.String("state-dir", defaultStateDir(), "directory for egressd's CA and self-test history")
-	noSelftest := fs.Bool("no-selftest", false, "serve without the self-test (reported at every start and in /readyz)")
+	noSelftest := fs.Bool("no-selftest", false, "run no self-test: /readyz stays 503 and the proxy refuses everything, unless --allow-unverified is given too")
+	allowUnverified := fs.Bool("allow-unverified", false, "with --no-selftest: serve unverified anyway (a warning at every start and in /readyz; egressd_verified 0)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	wallsEvery := fs.Duration("walls-interval", 30*time.Second, "how often --walls reads the table back and repairs drift")
 	auditLog := fs.String("audit-log", "", "also append every decision to FILE as a hash-chained line (egressd audit verify FILE)")
 	walls := fs.Bool("walls", false, "apply the nftables walls for the config's sandbox settings in this namespace (root), keep them in sync, and leave them in place on exit")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
-		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--walls] [--walls-interval D] [--audit-log FILE] [--log-level L] [--no-selftest]")
+		fmt.Fprintln(stderr, "usage: egressd serve [--config FILE] [--state-dir DIR] [--walls] [--walls-interval D] [--audit-log FILE] [--log-level L] [--no-selftest [--allow-unverified]]")
 		return exitUsage
 	}
 	log, err := newLogger(stderr, *level)
@@ -54,11 +56,15 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return exitUsage
 	}
 	g := daemon.Gateway{
-		Load:       func() (*policy.Policy, error) { return loadPolicy(*cfg) },
-		Logger:     log,
-		StateDir:   *stateDir,
-		AuditLog:   *auditLog,
-		NoSelftest: *noSelftest,
+		Load:            func() (*policy.Policy, error) { return loadPolicy(*cfg) },
+		Logger:          log,
+		StateDir:        *stateDir,
+		AuditLog:        *auditLog,
+		NoSelftest:      *noSelftest,
+		AllowUnverified: *allowUnverified,
+		ProbeResult: func(r daemon.ProbeResult) error {
+			return selftest.AppendHistory(*stateDir, selftest.HistoryLine{Source: "probe", Mode: "sandbox", Identity: r.Identity, Report: r.Report})
+		},
 	}
 	if *walls {
 		g.Walls = func(p *policy.Policy) (nft.Spec, error) { return daemon.WallSpec(p) }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,7 +27,15 @@ type serveProc struct {
 // of a failed test.
 func startServeIn(t *testing.T, topo *testnet.Topo, bin string, args ...string) *serveProc {
 	t.Helper()
-	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", append([]string{bin, "serve"}, args...))
+	return startServeWrapped(t, topo, bin, nil, `"msg":"ready"`, args...)
+}
+
+// startServeWrapped is startServeIn with serve run under wrap (a command
+// that execs the rest of its arguments, e.g. setpriv ... --), waiting for
+// a log line containing until.
+func startServeWrapped(t *testing.T, topo *testnet.Topo, bin string, wrap []string, until string, args ...string) *serveProc {
+	t.Helper()
+	cmd := sandbox.NSExecCommand(bin, topo.Gateway.Path(), "", append(append(slices.Clip(wrap), bin, "serve"), args...))
 	s := &serveProc{logs: testutil.NewLogWatch(), exited: make(chan struct{})}
 	cmd.Stderr = s.logs
 	if err := cmd.Start(); err != nil {
@@ -40,8 +49,8 @@ func startServeIn(t *testing.T, topo *testnet.Topo, bin string, args ...string) 
 			t.Logf("serve logs:\n%s", s.logs.String())
 		}
 	})
-	if _, err := s.wait(`"msg":"ready"`); err != nil {
-		t.Fatalf("serve did not become ready: %v\n%s", err, s.logs.String())
+	if _, err := s.wait(until); err != nil {
+		t.Fatalf("serve did not log %s: %v\n%s", until, err, s.logs.String())
 	}
 	return s
 }

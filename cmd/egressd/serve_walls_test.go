@@ -47,7 +47,7 @@ allow:
     pages: ["*"]
 `), 0o644)
 	t.Cleanup(func() { nft.Down(topo.Gateway.Fd(), nft.DefaultTable) }) // the walls outlive serve by design
-	serve := startServeIn(t, topo, bin, "--walls", "--walls-interval", "200ms", "--no-selftest", "--config", cfg, "--state-dir", filepath.Join(dir, "state"))
+	serve := startServeIn(t, topo, bin, "--walls", "--walls-interval", "200ms", "--no-selftest", "--allow-unverified", "--config", cfg, "--state-dir", filepath.Join(dir, "state"))
 	proxyURL := &url.URL{Scheme: "http", Host: "198.51.100.1:3128"}
 	client := topo.HTTPClientInSandbox(proxyURL, nil)
 	client.Timeout = 5 * time.Second
@@ -126,6 +126,11 @@ allow:
 		b, _ := io.ReadAll(r.Body)
 		r.Body.Close()
 		metrics = string(b)
+	}
+	// the walls' counters are on /metrics too: the direct attempts above
+	// were dropped and counted
+	if !strings.Contains(metrics, "egressd_walls_readable 1") || !strings.Contains(metrics, `egressd_walls_packets_total{counter="drop_fwd"}`) {
+		t.Errorf("walls counters not exported: %q %q", grepLine(metrics, "egressd_walls_readable"), grepLine(metrics, "egressd_walls_packets_total"))
 	}
 	if !strings.Contains(metrics, "egressd_walls_drift_total 1") && !strings.Contains(metrics, "egressd_walls_drift_total 2") {
 		t.Errorf("drift metric: %q", grepLine(metrics, "egressd_walls_drift_total"))

@@ -23,7 +23,7 @@ import (
 // until it is ready.
 func startServe(t *testing.T, topo *testnet.Topo, bin, cfg string) func() {
 	t.Helper()
-	s := startServeIn(t, topo, bin, "--walls", "--no-selftest", "--config", cfg, "--state-dir", filepath.Join(filepath.Dir(cfg), "state"))
+	s := startServeIn(t, topo, bin, "--walls", "--no-selftest", "--allow-unverified", "--config", cfg, "--state-dir", filepath.Join(filepath.Dir(cfg), "state"))
 	return s.stop
 }
 

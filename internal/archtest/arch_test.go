@@ -49,9 +49,15 @@ var allowed = map[string][]string{
 	"presets":         {"policy"},          // writes a config, checked by the parser
 	"suggest":         {"policy", "event"}, // reads decision logs and prints: never changes a config
 	"dnsfilter":       {"policy"},
-	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan"},
 	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox"},
-	"deploy":          {},
+	// the self-test plan, its runner, the sandbox side, and the evidence
+	// pack: library code cmd/egressd only wires.
+	"selftest/plan":    {"policy", "proxy", "selftest"},
+	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
+	"selftest/probe":   {"selftest"},
+	"report":           {"event", "nft", "policy", "selftest"},
+	"deploy":           {},
 
 	"cmd/egressd": {anyPackage},
 	"bench":       {anyPackage},

@@ -1,7 +1,6 @@
-package main
+package plan
 
 import (
-	"errors"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -9,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/selftest"
 )
 
 const deriveConfig = `version: 1
@@ -54,13 +52,13 @@ func mustPolicy(t *testing.T, cfg string) *policy.Policy {
 	return p
 }
 
-// TestSelftestConfig: the catalog derived from a policy has every selftest
+// TestDerive: the catalog derived from a policy has every selftest
 // target, a publish probe per mirror rule, the write pages each page-type
 // rule does not allow, and the fronting and Host-header probes on allowed
 // hosts.
-func TestSelftestConfig(t *testing.T) {
+func TestDerive(t *testing.T) {
 	p := mustPolicy(t, deriveConfig)
-	c := selftestConfig(p, nil)
+	c := Derive(p, nil)
 	type req struct{ id, method, url, reason string }
 	var got []req
 	for _, q := range c.Refused {
@@ -104,8 +102,8 @@ func TestSelftestConfig(t *testing.T) {
 	}
 	checks := []struct{ name, got, want string }{
 		{"sni host", c.SNIHost, "example.org:443"},
-		{"sni name", c.SNIName, unlistedName},
-		{"unlisted", c.Unlisted, unlistedName + ":443"},
+		{"sni name", c.SNIName, Unlisted},
+		{"unlisted", c.Unlisted, Unlisted + ":443"},
 		{"host trick url", c.HostTrickURL, "http://example.org:443/"},
 		{"host trick host", c.HostTrickHost, "169.254.169.254"},
 		{"canary", c.CanaryURL, "http://canary.example.net/"},
@@ -124,89 +122,50 @@ func TestSelftestConfig(t *testing.T) {
 	}
 }
 
-// TestSelftestConfigNoSplicedHost: without a host-only rule there is no
+// TestDeriveNoSplicedHost: without a host-only rule there is no
 // tunnel to front, so no SNI probe; and a "*" rule leaves no unlisted host.
-func TestSelftestConfigNoSplicedHost(t *testing.T) {
-	c := selftestConfig(mustPolicy(t, "version: 1\nallow:\n  - name: docs\n    hosts: [docs.example.com]\n    pages: [read]\n"), nil)
+func TestDeriveNoSplicedHost(t *testing.T) {
+	c := Derive(mustPolicy(t, "version: 1\nallow:\n  - name: docs\n    hosts: [docs.example.com]\n    pages: [read]\n"), nil)
 	if c.SNIHost != "" {
 		t.Errorf("SNI host %q, want none", c.SNIHost)
 	}
-	c = selftestConfig(mustPolicy(t, "version: 1\nallow:\n  - name: all\n    hosts: [\"*\"]\n    pages: [\"*\"]\n"), nil)
+	c = Derive(mustPolicy(t, "version: 1\nallow:\n  - name: all\n    hosts: [\"*\"]\n    pages: [\"*\"]\n"), nil)
 	if c.Unlisted != "" || c.SNIHost != "" {
 		t.Errorf("with a * rule: unlisted %q, SNI host %q; want none", c.Unlisted, c.SNIHost)
 	}
 }
 
-func TestVerdict(t *testing.T) {
-	rep := func(ss ...selftest.Status) *selftest.Report {
-		r := &selftest.Report{}
-		for i, s := range ss {
-			r.Results = append(r.Results, selftest.Result{ID: "p" + string(rune('a'+i)), Status: s, Detail: "why " + string(s)})
-		}
-		return r
+// TestCanaryTokens: {token} in the canary name and URL becomes each
+// identity's own token: the self-test's in its own config, every
+// identity's in CanaryTokens for the canary-log probe, all distinct.
+func TestCanaryTokens(t *testing.T) {
+	p := mustPolicy(t, `version: 1
+identities:
+  - name: agent-a
+    cidrs: [198.51.100.2/32]
+  - name: agent-b
+    cidrs: [198.51.100.3/32]
+selftest:
+  canary_name: "{token}.canary.example.net"
+  canary_url: "http://{token}.canary.example.net/c"
+`)
+	c := Derive(p, nil)
+	self := CanaryToken(policy.SelftestIdentity)
+	if c.CanaryName != self+".canary.example.net" || c.CanaryURL != "http://"+self+".canary.example.net/c" {
+		t.Errorf("self-test canary: %q %q", c.CanaryName, c.CanaryURL)
 	}
-	tests := []struct {
-		name    string
-		rep     *selftest.Report
-		err     error
-		sealed  bool
-		leaks   []string
-		errText string
-	}{
-		{"sealed", rep(selftest.Pass, selftest.Pass), nil, true, nil, ""},
-		{"leak", rep(selftest.Pass, selftest.Leak, selftest.NotRun), nil, false, []string{"pb: why LEAK"}, ""},
-		{"failed control", rep(selftest.Failed), nil, false, []string{"pa: why FAILED"}, ""},
-		{"not run", rep(selftest.Pass, selftest.NotRun, selftest.NotRun), nil, false, nil, "2 of 3 probes not-run: why not-run"},
-		{"could not start", nil, errors.New("no namespace"), false, nil, "no namespace"},
+	a, b := CanaryToken("agent-a"), CanaryToken("agent-b")
+	if a == b || a == self || c.CanaryTokens["agent-a"] != a || c.CanaryTokens["agent-b"] != b || len(a) != 12 {
+		t.Errorf("tokens: self %s a %s b %s, map %v", self, a, b, c.CanaryTokens)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := verdict(tt.rep, tt.err)
-			if v.Sealed != tt.sealed || !slices.Equal(v.Leaks, tt.leaks) {
-				t.Errorf("got sealed=%v leaks=%q, want %v %q", v.Sealed, v.Leaks, tt.sealed, tt.leaks)
-			}
-			if tt.errText == "" && v.Err != nil || tt.errText != "" && (v.Err == nil || !strings.Contains(v.Err.Error(), tt.errText)) {
-				t.Errorf("got err %v, want %q", v.Err, tt.errText)
-			}
-		})
+	raw := c
+	raw.CanaryName, raw.CanaryURL = p.Selftest.CanaryName, p.Selftest.CanaryURL
+	if got := ForIdentity(raw, "agent-b"); got.CanaryName != b+".canary.example.net" {
+		t.Errorf("agent-b's canary: %q", got.CanaryName)
 	}
-}
-
-func TestProbeSlots(t *testing.T) {
-	tests := []struct {
-		name string
-		cfg  string
-		want int
-	}{
-		{"defaults", "version: 1\n", 16384},
-		{"small v4 pool", "version: 1\nsandbox:\n  pool4: 198.51.100.128/25\n", 32},
-		{"long prefix", "version: 1\nsandbox:\n  interface_prefix: abcdefghij\n  pool4: 10.0.0.0/8\n", 100000},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := probeSlots(mustPolicy(t, tt.cfg)); got != tt.want {
-				t.Errorf("got %d, want %d", got, tt.want)
-			}
-		})
-	}
-}
-
-// TestVerdictProxyOnly: serve without --walls proves the checkpoint and
-// names what it did not prove; a leak or any other unfinished probe still
-// keeps it from sealed.
-func TestVerdictProxyOnly(t *testing.T) {
-	skipped := selftest.Result{ID: "tcp/x", Status: selftest.NotRun, Detail: proxyOnly}
-	pass := selftest.Result{ID: "http-canary", Status: selftest.Pass}
-	v := verdict(&selftest.Report{Results: []selftest.Result{pass, skipped, skipped}}, nil)
-	if !v.Sealed || v.Err != nil || !strings.Contains(v.Note, "2 direct-route probes not run") {
-		t.Errorf("proxy-only pass: %+v, want sealed with a note", v)
-	}
-	leak := selftest.Result{ID: "http-canary", Status: selftest.Leak, Detail: "allowed"}
-	if v := verdict(&selftest.Report{Results: []selftest.Result{leak, skipped}}, nil); v.Sealed || len(v.Leaks) != 1 {
-		t.Errorf("proxy-only leak: %+v, want not sealed", v)
-	}
-	root := selftest.Result{ID: "tcp/y", Status: selftest.NotRun, Detail: needsRoot}
-	if v := verdict(&selftest.Report{Results: []selftest.Result{pass, skipped, root}}, nil); v.Sealed || v.Err == nil {
-		t.Errorf("needs root: %+v, want incomplete", v)
+	// without {token}: no per-identity tokens, the name as written
+	c = Derive(mustPolicy(t, "version: 1\nselftest:\n  canary_name: canary.example.net\n"), nil)
+	if c.CanaryName != "canary.example.net" || c.CanaryTokens != nil {
+		t.Errorf("plain canary: %q %v", c.CanaryName, c.CanaryTokens)
 	}
 }

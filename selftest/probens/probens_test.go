@@ -1,0 +1,98 @@
+package probens
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/selftest"
+)
+
+func mustPolicy(t *testing.T, cfg string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse(strings.NewReader(cfg), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestVerdict(t *testing.T) {
+	rep := func(ss ...selftest.Status) *selftest.Report {
+		r := &selftest.Report{}
+		for i, s := range ss {
+			r.Results = append(r.Results, selftest.Result{ID: "p" + string(rune('a'+i)), Status: s, Detail: "why " + string(s)})
+		}
+		return r
+	}
+	tests := []struct {
+		name     string
+		rep      *selftest.Report
+		err      error
+		sealed   bool
+		leaks    []string
+		errText  string
+		controls []string
+	}{
+		{"sealed", rep(selftest.Pass, selftest.Pass), nil, true, nil, "", nil},
+		{"leak", rep(selftest.Pass, selftest.Leak, selftest.NotRun), nil, false, []string{"pb: why LEAK"}, "", nil},
+		{"failed control", rep(selftest.Failed), nil, false, nil, "", []string{"pa: why FAILED"}},
+		{"not run", rep(selftest.Pass, selftest.NotRun, selftest.NotRun), nil, false, nil, "2 of 3 probes not-run: why not-run", nil},
+		{"could not start", nil, errors.New("no namespace"), false, nil, "no namespace", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Verdict(tt.rep, tt.err)
+			if !slices.Equal(v.ControlsFailed, tt.controls) {
+				t.Errorf("got controls failed %q, want %q", v.ControlsFailed, tt.controls)
+			}
+			if v.Sealed != tt.sealed || !slices.Equal(v.Leaks, tt.leaks) {
+				t.Errorf("got sealed=%v leaks=%q, want %v %q", v.Sealed, v.Leaks, tt.sealed, tt.leaks)
+			}
+			if tt.errText == "" && v.Err != nil || tt.errText != "" && (v.Err == nil || !strings.Contains(v.Err.Error(), tt.errText)) {
+				t.Errorf("got err %v, want %q", v.Err, tt.errText)
+			}
+		})
+	}
+}
+
+func TestProbeSlots(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  string
+		want int
+	}{
+		{"defaults", "version: 1\n", 16384},
+		{"small v4 pool", "version: 1\nsandbox:\n  pool4: 198.51.100.128/25\n", 32},
+		{"long prefix", "version: 1\nsandbox:\n  interface_prefix: abcdefghij\n  pool4: 10.0.0.0/8\n", 100000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Slots(mustPolicy(t, tt.cfg)); got != tt.want {
+				t.Errorf("got %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestVerdictProxyOnly: serve without --walls proves the checkpoint and
+// names what it did not prove; a leak or any other unfinished probe still
+// keeps it from sealed.
+func TestVerdictProxyOnly(t *testing.T) {
+	skipped := selftest.Result{ID: "tcp/x", Status: selftest.NotRun, Detail: ProxyOnly}
+	pass := selftest.Result{ID: "http-canary", Status: selftest.Pass}
+	v := Verdict(&selftest.Report{Results: []selftest.Result{pass, skipped, skipped}}, nil)
+	if !v.Sealed || v.Err != nil || !strings.Contains(v.Note, "2 direct-route probes not run") {
+		t.Errorf("proxy-only pass: %+v, want sealed with a note", v)
+	}
+	leak := selftest.Result{ID: "http-canary", Status: selftest.Leak, Detail: "allowed"}
+	if v := Verdict(&selftest.Report{Results: []selftest.Result{leak, skipped}}, nil); v.Sealed || len(v.Leaks) != 1 {
+		t.Errorf("proxy-only leak: %+v, want not sealed", v)
+	}
+	root := selftest.Result{ID: "tcp/y", Status: selftest.NotRun, Detail: NeedsRoot}
+	if v := Verdict(&selftest.Report{Results: []selftest.Result{pass, skipped, root}}, nil); v.Sealed || v.Err == nil {
+		t.Errorf("needs root: %+v, want incomplete", v)
+	}
+}
