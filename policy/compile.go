@@ -195,7 +195,30 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 			c.errf(rr.TLS.Line, f+".tls", "tls: false tunnels raw TCP, where no page, method, path or mirror check is possible: add pages: [\"*\"] and drop methods, paths and mirror")
 		}
 	}
+	c.ruleUpgrade(r, rr, f)
 	return r
+}
+
+// ruleUpgrade compiles upgrade: the protocol switches a rule allows. Only
+// websocket, and only on an inspected rule: the handshake is a request the
+// rule's checks can see; on a host-only rule nothing is checked to begin
+// with. h2c is never allowed: it would multiplex requests no check sees.
+func (c *compiler) ruleUpgrade(r *Rule, rr *rawRule, f string) {
+	for j, s := range rr.Upgrade {
+		field := fmt.Sprintf("%s.upgrade[%d]", f, j)
+		switch strings.ToLower(s.V) {
+		case "websocket":
+			if r.HostOnly() {
+				c.errf(s.Line, field, "upgrade needs an inspected rule (pages, methods, paths or mirror): on a host-only rule the tunnel is spliced and no handshake is seen")
+				continue
+			}
+			r.WebSocket = true
+		case "h2c":
+			c.errf(s.Line, field, "h2c is always refused: it would carry requests inside one connection that no check sees")
+		default:
+			c.errf(s.Line, field, "unknown upgrade %q: only websocket", s.V)
+		}
+	}
 }
 
 // ruleTargets compiles what a rule matches: hosts, host lists, cidrs and

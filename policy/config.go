@@ -79,6 +79,7 @@ type rawRule struct {
 	ModulePrefixes []at[string] `yaml:"module_prefixes"`
 	ReadPosts      []at[string] `yaml:"read_posts"`
 	TLS            *at[bool]    `yaml:"tls"`
+	Upgrade        []at[string] `yaml:"upgrade"`
 
 	// per-identity rules, deny messages and credential injection (rules.go)
 	Identities []at[string] `yaml:"identities"`

@@ -51,6 +51,11 @@ func TestParseErrors(t *testing.T) {
 		{"deny star", "version: 1\ndeny:\n  hosts: [\"*\"]\n", "test.yaml:3: deny.hosts[0]: \"*\" is not allowed here"},
 		{"two docs", "version: 1\n---\nversion: 1\n", "more than one YAML document"},
 		{"empty", "", "version: 1 is required"},
+		{"upgrade on a host-only rule", "version: 1\nallow:\n  - hosts: [a.com]\n    pages: [\"*\"]\n    upgrade: [websocket]\n", "test.yaml:5: allow[0].upgrade[0]: upgrade needs an inspected rule"},
+		{"upgrade on a default rule is fine but h2c is not", "version: 1\nallow:\n  - hosts: [a.com]\n    upgrade: [h2c]\n", "test.yaml:4: allow[0].upgrade[0]: h2c is always refused"},
+		{"upgrade unknown protocol", "version: 1\nallow:\n  - hosts: [a.com]\n    paths: [\"/ws\"]\n    upgrade: [irc]\n", "test.yaml:5: allow[0].upgrade[0]: unknown upgrade \"irc\": only websocket"},
+		{"upgrade on tls false", "version: 1\nallow:\n  - hosts: [a.com]\n    pages: [\"*\"]\n    tls: false\n    upgrade: [websocket]\n", "allow[0].upgrade[0]: upgrade needs an inspected rule"},
+		{"upgrade on a deny", "version: 1\ndeny:\n  hosts: [a.com]\n  upgrade: [websocket]\n", "test.yaml:4: deny: unknown key \"upgrade\""},
 		{"module prefixes without goproxy", "version: 1\nallow:\n  - hosts: [a.com]\n    mirror: npm\n    module_prefixes: [github.com/x]\n", "module_prefixes needs mirror: goproxy"},
 	}
 	for _, tt := range tests {
@@ -172,5 +177,17 @@ deny:
 	tgt, _ := ParseAuthority("203.0.113.67:443")
 	if d := p.DecideTarget(&tgt); !d.Allow {
 		t.Errorf("203.0.113.67 denied (%v): want allowed by the documentation cidr", d.Reason)
+	}
+}
+
+// TestUpgradeParsed: upgrade: [websocket] on an inspected rule is kept
+// (any case), and a rule without it allows no upgrade.
+func TestUpgradeParsed(t *testing.T) {
+	p, err := Parse(strings.NewReader("version: 1\nallow:\n  - name: ws\n    hosts: [a.com]\n    paths: [\"/ws\"]\n    upgrade: [WebSocket]\n  - name: plain\n    hosts: [b.com]\n"), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Rules[0].WebSocket || p.Rules[1].WebSocket {
+		t.Errorf("WebSocket: ws %v, plain %v; want true, false", p.Rules[0].WebSocket, p.Rules[1].WebSocket)
 	}
 }

@@ -182,6 +182,11 @@ type Rule struct {
 	// (read_posts: [jira-search]); mirror: git implies git-upload-pack.
 	ReadPosts []string
 	TLS       bool // false: raw TCP tunnel, no ClientHello expected
+	// WebSocket (upgrade: [websocket]) lets a WebSocket handshake that
+	// passes the rule's checks switch protocols: a two-way channel to the
+	// host that no later check sees. Only on inspected rules; h2c is never
+	// allowed.
+	WebSocket bool
 
 	// Identities the rule applies to; empty: every client.
 	Identities []string

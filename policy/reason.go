@@ -64,7 +64,7 @@ var (
 	ReasonFDLimit               = newReason("fd-limit", 503, "egressd is out of file descriptors: new connections are shed; retry later")
 	ReasonUpstreamUnreachable   = newReason("upstream-unreachable", 502, "the upstream could not be reached")
 	ReasonUpstreamTimeout       = newReason("upstream-timeout", 504, "the upstream did not answer in time")
-	ReasonUpgrade               = newReason("upgrade", 403, "a protocol switch (WebSocket, h2c) would carry data no rule checks: not allowed")
+	ReasonUpgrade               = newReason("upgrade", 403, "a protocol switch would carry data no rule checks: only WebSocket, on an inspected rule with upgrade: [websocket]; h2c never")
 	ReasonHeaderTooLarge        = newReason("header-too-large", 431, "request head over limits.header_bytes: send fewer or shorter headers")
 	ReasonURLTooLong            = newReason("url-too-long", 414, "request target over 8192 bytes: shorten it")
 

@@ -305,6 +305,10 @@ func (x *Proxy) serveTunnelRequest(w http.ResponseWriter, r *http.Request, tun *
 	if bd := x.limitBody(r, isc.Conn); bd != nil {
 		defer bd.finish()
 	}
+	if upgradeOf(r) != "" {
+		x.serveUpgrade(w, r, rq)
+		return
+	}
 	x.gp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyDecision, rq)))
 }
 

@@ -380,6 +380,11 @@ type request struct {
 	// head is flushed through it.
 	w       http.ResponseWriter
 	message string // the operator's text for a denial (policy.Message)
+	// relayUpgrade is set by serveUpgrade, which relays an allowed
+	// protocol switch itself; ws marks a request allowed to switch to
+	// WebSocket (an open one is in the tunnel tracker).
+	relayUpgrade bool
+	ws           bool
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()

@@ -17,6 +17,10 @@ import (
 // rule. Inspected tunnels also re-decide each request as it comes.
 func (x *Proxy) redecideTunnels(p *policy.Policy) {
 	for c, rq := range x.ids.openTunnels() {
+		if rq.ws {
+			x.redecideWebSocket(p, c, rq)
+			continue
+		}
 		t := rq.target
 		d := p.DecideTargetAs(&t, rq.identity)
 		reason, detail := policy.ReasonAllowed, ""
@@ -64,4 +68,17 @@ func (x *Proxy) cutTunnel(c net.Conn, rq *request, reason policy.Reason, detail 
 type cutInfo struct {
 	reason policy.Reason
 	detail string
+}
+
+// redecideWebSocket decides an open WebSocket's handshake again under p
+// and closes it unless p still allows the request and the upgrade.
+func (x *Proxy) redecideWebSocket(p *policy.Policy, c net.Conn, rq *request) {
+	t := rq.target
+	d := p.DecideRequestAs(&t, rq.identity, rq.method, "", 0)
+	switch {
+	case !d.Allow:
+		x.cutTunnel(c, rq, d.Reason, "closed on reload: the new policy denies its handshake")
+	case !d.Rule.WebSocket:
+		x.cutTunnel(c, rq, policy.ReasonUpgrade, fmt.Sprintf("closed on reload: rule %q no longer allows upgrade: [websocket]", d.RuleName()))
+	}
 }

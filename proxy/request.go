@@ -54,13 +54,26 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	}
 	rq.d = p.DecideRequestAs(&rq.target, rq.identity, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
+	if isH2C(r) && !rq.d.HighRisk {
+		// Never allowed, whatever the rule decides: refused as such, so
+		// the self-test can probe it under any inspected rule.
+		return r, x.deny(r, rq, policy.ReasonUpgrade, rq.d.RuleName(), "upgrade refused: h2c is never allowed")
+	}
 	if !rq.d.Allow {
 		return r, x.denyDecision(r, rq)
 	}
-	if up := upgradeOf(r); up != "" {
-		// A protocol switch (WebSocket, h2c) turns the request into a
-		// tunnel no later check sees: refused, and logged as such.
-		return r, x.deny(r, rq, policy.ReasonUpgrade, rq.d.RuleName(), fmt.Sprintf("Upgrade: %.40s: a protocol switch would carry data no rule checks", up))
+	if upgradeOf(r) != "" {
+		// A protocol switch turns the request into a channel no later
+		// check sees: refused unless the rule allows WebSocket and
+		// serveUpgrade relays it (never goproxy); logged either way.
+		why := upgradeRefusal(r, &rq.d)
+		if why == "" && !rq.relayUpgrade {
+			why = "a protocol switch is relayed only inside an inspected (https) tunnel"
+		}
+		if why != "" {
+			return r, x.deny(r, rq, policy.ReasonUpgrade, rq.d.RuleName(), "upgrade refused: "+why)
+		}
+		rq.ws = true
 	}
 	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
 		return r, x.deny(r, rq, reason, rq.d.RuleName(), detail)
@@ -70,6 +83,9 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	}
 	if resp := x.injectCredential(r, rq, p); resp != nil {
 		return r, resp
+	}
+	if rq.ws {
+		return r, nil // serveUpgrade sends it
 	}
 	ctx.RoundTripper = goproxy.RoundTripperFunc(x.roundTrip)
 	return r, nil

@@ -175,6 +175,10 @@ func (r *runner) proxiedProbes() []probe {
 		proxied(probe{id: "inner-head-limit/" + c.InspectHost, route: "proxy connect, inspected, oversized head", target: fmt.Sprintf("%s with a %d-byte head", c.InspectHost, c.HeadBytes+oversize), expected: "431 from egressd",
 			run: func(ctx context.Context) outcome { return r.innerHeadLimit(ctx) }})
 	}
+	if c.InspectHost != "" {
+		proxied(probe{id: "h2c-upgrade/" + c.InspectHost, route: "proxy connect, inspected, Upgrade: h2c", target: c.InspectHost, expected: "403 upgrade",
+			run: func(ctx context.Context) outcome { return r.h2cUpgrade(ctx) }})
+	}
 	if c.SilentHost != "" && c.SilentDeadline > 0 {
 		proxied(probe{id: "silent-tunnel/" + c.SilentHost, route: "proxy connect, silent client", target: c.SilentHost, expected: fmt.Sprintf("closed within %s", c.SilentDeadline),
 			timeout: c.SilentDeadline + silentSlack,

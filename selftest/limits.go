@@ -25,22 +25,11 @@ const silentSlack = 3 * time.Second
 // the proxy's limit: egressd must answer 431 itself; any other answer (or
 // the head reaching the origin) is a leak of the limit.
 func (r *runner) innerHeadLimit(ctx context.Context) outcome {
-	resp, c, br, done, err := r.connect(ctx, r.c.InspectHost)
-	if err != nil {
-		return proxyErr(err)
+	tc, done, o := r.inspected(ctx, "the head limit")
+	if tc == nil {
+		return o
 	}
 	defer done()
-	if resp.status != http.StatusOK {
-		if o := refusal(resp, ""); o.status == Error {
-			return o
-		}
-		return errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "the proxy refused the tunnel itself, so the head limit was not reached: selftest needs an inspected allowed host:port here")
-	}
-	host, _, _ := net.SplitHostPort(r.c.InspectHost)
-	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: host, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
-	if err := tc.HandshakeContext(ctx); err != nil {
-		return errored("handshake failed", "TLS in the inspected tunnel: "+err.Error())
-	}
 	go func() {
 		// Written while the answer is read: a proxy that refuses early
 		// stops reading, and the write fails, as it should.
@@ -68,6 +57,56 @@ func (r *runner) innerHeadLimit(ctx context.Context) outcome {
 		return leak(res, fmt.Sprintf("a %d-byte head inside an inspected tunnel got an answer from beyond egressd: the head limit does not hold there", r.c.HeadBytes+oversize))
 	}
 	return leak(res, "an oversized head was refused for another reason: the head limit did not apply")
+}
+
+// inspected opens a tunnel to InspectHost and a TLS session inside it
+// (egressd's certificate is not checked: the probe tests egressd's
+// answers, not its CA). On failure tc is nil and o says why; what names
+// the check the tunnel was meant to reach.
+func (r *runner) inspected(ctx context.Context, what string) (tc *tls.Conn, done func(), o outcome) {
+	resp, c, br, done, err := r.connect(ctx, r.c.InspectHost)
+	if err != nil {
+		return nil, nil, proxyErr(err)
+	}
+	if resp.status != http.StatusOK {
+		done()
+		if o := refusal(resp, ""); o.status == Error {
+			return nil, nil, o
+		}
+		return nil, nil, errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "the proxy refused the tunnel itself, so "+what+" was not reached: selftest needs an inspected allowed host:port here")
+	}
+	host, _, _ := net.SplitHostPort(r.c.InspectHost)
+	tc = tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: host, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		done()
+		return nil, nil, errored("handshake failed", "TLS in the inspected tunnel: "+err.Error())
+	}
+	return tc, done, outcome{}
+}
+
+// h2cUpgrade asks for h2c inside an inspected tunnel: egressd must refuse
+// it (403 upgrade) whatever the rule, since an h2c connection would carry
+// requests no check sees. An answer from beyond egressd, or a 101, is a
+// leak.
+func (r *runner) h2cUpgrade(ctx context.Context) outcome {
+	tc, done, o := r.inspected(ctx, "the upgrade check")
+	if tc == nil {
+		return o
+	}
+	defer done()
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n", r.c.InspectHost, userAgent)
+	got, err := readResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		return errored("no answer", "the proxy neither refused nor answered an h2c upgrade: "+err.Error())
+	}
+	res := fmt.Sprintf("%d %s", got.status, got.deny)
+	switch {
+	case got.deny == "upgrade":
+		return pass(res)
+	case got.status == http.StatusSwitchingProtocols || got.deny == "":
+		return leak(res, "an h2c upgrade inside an inspected tunnel got an answer from beyond egressd")
+	}
+	return errored(res, "the request was refused before the upgrade check: selftest needs an inspected host whose rule allows GET /")
 }
 
 // silentTunnel opens a tunnel and sends nothing: the proxy must close it

@@ -86,8 +86,8 @@ func TestCheckpointProbes(t *testing.T) {
 				t.Errorf("%s: %s %s: %s", r.ID, r.Status, r.Result, r.Detail)
 			}
 		}
-		if len(rep.Results) != 4 {
-			t.Errorf("%d probes, want 4", len(rep.Results))
+		if len(rep.Results) != 5 {
+			t.Errorf("%d probes, want 5", len(rep.Results))
 		}
 	})
 	t.Run("holes open", func(t *testing.T) {
