@@ -477,9 +477,13 @@ func (d *Daemon) boot(ctx context.Context) {
 		}
 	}
 	// "ready" is the readiness signal tests and supervisors wait for: from
-	// here the proxy lets allowed traffic through.
+	// here the proxy lets allowed traffic through. "not ready" ends a boot
+	// that did not get there, after /readyz says why (the self-test's own
+	// error line comes before its verdict is recorded).
 	if ok, why := d.Ready(); ok {
 		d.log.Info("ready", "status", why)
+	} else {
+		d.log.Warn("not ready", "status", why)
 	}
 }
 

@@ -55,8 +55,8 @@ func TestServeUnderUnitCapabilities(t *testing.T) {
 		until  string // the log line that ends the boot run
 	}{
 		{"unit bounding set", "", 200, "ready: last self-test sealed", `"msg":"ready"`},
-		{"without CAP_SYS_ADMIN", "CAP_SYS_ADMIN", 503, "create probe namespace", `"msg":"self-test could not run"`},
-		{"without CAP_NET_RAW", "CAP_NET_RAW", 503, "listen ip4:icmp", `"msg":"self-test could not run"`},
+		{"without CAP_SYS_ADMIN", "CAP_SYS_ADMIN", 503, "create probe namespace", `"msg":"not ready"`},
+		{"without CAP_NET_RAW", "CAP_NET_RAW", 503, "listen ip4:icmp", `"msg":"not ready"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
