@@ -305,14 +305,12 @@ type scanListener struct {
 }
 
 func (l *scanListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			l.x.acceptError(l.name, err)
-			return nil, err
-		}
-		return l.x.newScanConn(c, l.x.Policy().Limits.HeaderBytes, nil), nil
+	c, err := l.Listener.Accept()
+	if err != nil {
+		l.x.acceptError(l.name, err)
+		return nil, err
 	}
+	return l.x.newScanConn(c, l.x.Policy().Limits.HeaderBytes, nil), nil
 }
 
 // isSelf reports whether ap, an address about to be dialed, is one of

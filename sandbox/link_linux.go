@@ -19,7 +19,7 @@ func LinkExists(ns *NS, name string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("sandbox: link %s: netlink in %s: %w", name, ns, err)
 	}
-	defer h.Delete()
+	defer h.Close()
 	_, err = h.LinkByName(name)
 	var nf netlink.LinkNotFoundError
 	if errors.As(err, &nf) {
@@ -39,7 +39,7 @@ func DeleteLink(ns *NS, name string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: delete %s: netlink in %s: %w", name, ns, err)
 	}
-	defer h.Delete()
+	defer h.Close()
 	link, err := h.LinkByName(name)
 	var nf netlink.LinkNotFoundError
 	if errors.As(err, &nf) {
