@@ -234,17 +234,7 @@ func TestRunRealClients(t *testing.T) {
 	origin := []netip.Addr{testnet.OriginAddr4}
 	topo := testnet.New(t, testnet.WithOriginHandler(reg), testnet.WithRecords(map[string][]netip.Addr{
 		"pypi.test": origin, "npm.test": origin, "goproxy.test": origin, "git.test": origin}))
-	l := &runLab{topo: topo, bin: buildEgressd(t), dir: t.TempDir()}
-	for _, d := range []string{l.dir, filepath.Dir(l.dir)} { // t.TempDir's, ours
-		os.Chmod(d, 0o755)
-	}
-	ca := filepath.Join(l.dir, "upstream-ca.pem")
-	os.WriteFile(ca, topo.CA.CertPEM, 0o644)
-	l.cfg = filepath.Join(l.dir, "egressd.yaml")
-	os.WriteFile(l.cfg, []byte(strings.ReplaceAll(clientsConfig, "{CA}", ca)), 0o644)
-	l.state = filepath.Join(l.dir, "state")
-	l.tmp = filepath.Join(l.dir, "tmp")
-	os.Mkdir(l.tmp, 0o755)
+	l := labOn(t, topo, clientsConfig)
 	home := filepath.Join(l.dir, "home")
 	os.Mkdir(home, 0o777)
 	os.Chmod(home, 0o777)

@@ -112,6 +112,12 @@ func newRunLab(t *testing.T, config string) *runLab {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is needed (apt-get install -y curl)")
 	}
+	return labOn(t, topo, config)
+}
+
+// labOn is a runLab on topo with config ({CA}: the topology's CA file).
+func labOn(t *testing.T, topo *testnet.Topo, config string) *runLab {
+	t.Helper()
 	l := &runLab{topo: topo, bin: buildEgressd(t), dir: t.TempDir()}
 	for _, d := range []string{l.dir, filepath.Dir(l.dir)} { // t.TempDir's, ours
 		os.Chmod(d, 0o755)
