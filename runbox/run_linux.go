@@ -108,6 +108,9 @@ func Run(ctx context.Context, c Config) (int, error) {
 		runDir = DefaultRunDir
 	}
 	term := c.Logger
+	if files := readableSecrets(c.Policy, c.Cred); len(files) > 0 {
+		return 0, &SecretsError{Files: files}
+	}
 	gw, err := sandbox.Current()
 	if err != nil {
 		return 0, err
