@@ -48,9 +48,19 @@ func (w *dnsWriter) WriteMsg(m *dns.Msg) error { w.got = m; return nil }
 // and says what came back: the rcode, and "+answer" when it has records.
 func ask(t *testing.T, d *Daemon, client string, name string) string {
 	t.Helper()
+	return askOver(t, d, "udp", client, name)
+}
+
+// askOver is ask over network: "udp" or "tcp".
+func askOver(t *testing.T, d *Daemon, network, client string, name string) string {
+	t.Helper()
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
-	w := &dnsWriter{nullDNSWriter: nullDNSWriter{remote: net.UDPAddrFromAddrPort(netip.MustParseAddrPort(client))}}
+	var remote net.Addr = net.UDPAddrFromAddrPort(netip.MustParseAddrPort(client))
+	if network == "tcp" {
+		remote = net.TCPAddrFromAddrPort(netip.MustParseAddrPort(client))
+	}
+	w := &dnsWriter{nullDNSWriter: nullDNSWriter{remote: remote}}
 	d.dns.ServeDNS(w, q)
 	if w.got == nil {
 		t.Fatalf("%s: no reply", name)
@@ -159,7 +169,7 @@ func TestReloadSelftestTestsTheCandidateOverDNS(t *testing.T) {
 		probes[netip.MustParseAddrPort(probeClient)] = true
 		mu.Unlock()
 		defer func() { mu.Lock(); delete(probes, netip.MustParseAddrPort(probeClient)); mu.Unlock() }()
-		got := ask(t, f.d, probeClient, "canary.example.com")
+		got := askOver(t, f.d, "tcp", probeClient, "canary.example.com")
 		leaks = append(leaks, got)
 		if strings.HasPrefix(got, "NXDOMAIN") || strings.HasPrefix(got, "REFUSED") {
 			return Verdict{Sealed: true}
@@ -177,7 +187,36 @@ func TestReloadSelftestTestsTheCandidateOverDNS(t *testing.T) {
 	if got := ask(t, f.d, sandboxClient, "canary.example.com"); got != "NXDOMAIN" {
 		t.Errorf("canary.example.com after the rollback: %s, want NXDOMAIN", got)
 	}
-	if got := ask(t, f.d, probeClient, "canary.example.com"); got != "NXDOMAIN" {
+	if got := askOver(t, f.d, "tcp", probeClient, "canary.example.com"); got != "NXDOMAIN" {
 		t.Errorf("canary.example.com from the (no longer exempt) probe address after the rollback: %s, want NXDOMAIN", got)
+	}
+}
+
+// TestDNSExemptionOnlyOverTCP: the self-test's DNS probes pass the
+// readiness gate by their source address and port, and a UDP source is
+// whatever the sender writes: a sandbox with CAP_NET_RAW (Docker's default)
+// that spoofs an open probe socket's address and port had its queries
+// forwarded upstream while egressd was not ready (during a reload's
+// verification, after a leak). Only a TCP client, whose address a
+// handshake proved, is exempt; the probe asks over TCP.
+func TestDNSExemptionOnlyOverTCP(t *testing.T) {
+	up := fakeUpstream(t)
+	const probeClient = "127.0.0.1:41000"
+	f := startWith(t, func(o *Options) {
+		cfg := dnsConfig(up, "old.example.com")
+		o.Load = func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "t.yaml") }
+		o.ProxyConfig.ReadyExempt = func(ap netip.AddrPort) bool { return ap == netip.MustParseAddrPort(probeClient) }
+	})
+	// a scheduled self-test finds a leak: nothing allowed goes upstream
+	f.leak.Store(true)
+	f.d.scheduled(context.Background())
+	if got := ask(t, f.d, sandboxClient, "old.example.com"); got != "SERVFAIL" {
+		t.Fatalf("old.example.com while not ready: %s, want SERVFAIL", got)
+	}
+	if got := askOver(t, f.d, "udp", probeClient, "old.example.com"); got != "SERVFAIL" {
+		t.Errorf("old.example.com over UDP from a probe socket's address and port while not ready: %s, want SERVFAIL (a UDP source can be spoofed)", got)
+	}
+	if got := askOver(t, f.d, "tcp", probeClient, "old.example.com"); got != "NOERROR+answer" {
+		t.Errorf("old.example.com over TCP from the probe's connection while not ready: %s, want an answer (the self-test meets the policy in force)", got)
 	}
 }

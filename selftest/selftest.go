@@ -157,6 +157,10 @@ type Config struct {
 	ProxyDial DialFunc
 	// ResolverDial reaches the sandbox resolver (DNS); nil means Dial.
 	ResolverDial DialFunc
+	// ResolverTCP asks the sandbox resolver over TCP rather than UDP:
+	// egressd's own self-test, whose resolver lets only TCP probes past its
+	// readiness gate (a UDP source address can be spoofed).
+	ResolverTCP bool
 	// LogDial fetches CanaryLog; nil means a plain net.Dialer in the
 	// caller's namespace.
 	LogDial DialFunc
