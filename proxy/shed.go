@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -84,5 +85,44 @@ func (l *shedListener) Accept() (net.Conn, error) {
 			io.WriteString(c, shedResponse)
 			c.Close()
 		}()
+	}
+}
+
+// GuardListener puts the connections of another egressd server that
+// sandboxes reach (the DNS filter's TCP socket) under the descriptor
+// reserve: one that does not fit is closed at once (there is no 503 to
+// send in that protocol) and counted in egressd_connections_shed_total.
+// Accept errors (out of descriptors) are logged and counted, and retried
+// after a backoff here, so the server's own accept loop never spins on
+// them; only a closed listener's error is returned.
+func (x *Proxy) GuardListener(l net.Listener) net.Listener {
+	return &guardedListener{Listener: l, x: x}
+}
+
+type guardedListener struct {
+	net.Listener
+	x *Proxy
+}
+
+func (l *guardedListener) Accept() (net.Conn, error) {
+	var backoff time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil, err
+			}
+			l.x.acceptError(l.Addr().String(), err)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		if !l.x.fds.admit(time.Now()) {
+			l.x.m.shed.Inc()
+			c.Close()
+			continue
+		}
+		return c, nil
 	}
 }
