@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -218,5 +219,48 @@ func TestDNSExemptionOnlyOverTCP(t *testing.T) {
 	}
 	if got := askOver(t, f.d, "tcp", probeClient, "old.example.com"); got != "NOERROR+answer" {
 		t.Errorf("old.example.com over TCP from the probe's connection while not ready: %s, want an answer (the self-test meets the policy in force)", got)
+	}
+}
+
+// TestDNSTCPCountsClientConns: TCP connections to the DNS port are client
+// connections of their source's identity like the proxy's
+// (limits.client_conns_per_identity): one past the limit is closed
+// unanswered, so a sandbox cannot hold DNS connections without bound.
+func TestDNSTCPCountsClientConns(t *testing.T) {
+	up := fakeUpstream(t)
+	f := startWith(t, func(o *Options) {
+		cfg := dnsConfig(up, "old.example.com") + "limits:\n  client_conns_per_identity: 3\n"
+		o.Load = func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "t.yaml") }
+	})
+	_, dnsAddr, _ := f.d.Addrs()
+	ask := func() (net.Conn, error) {
+		c, err := net.Dial("tcp", dnsAddr)
+		if err != nil {
+			return nil, err
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		q := new(dns.Msg)
+		q.SetQuestion("refused.example.", dns.TypeA)
+		co := &dns.Conn{Conn: c}
+		if err := co.WriteMsg(q); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if _, err := co.ReadMsg(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	for i := range 3 {
+		c, err := ask()
+		if err != nil {
+			t.Fatalf("DNS TCP connection %d: %v", i+1, err)
+		}
+		defer c.Close()
+	}
+	if c, err := ask(); err == nil {
+		c.Close()
+		t.Fatalf("a fourth DNS TCP connection of one source with client_conns_per_identity 3 was answered, want it closed")
 	}
 }

@@ -90,8 +90,11 @@ func (l *shedListener) Accept() (net.Conn, error) {
 
 // GuardListener puts the connections of another egressd server that
 // sandboxes reach (the DNS filter's TCP socket) under the descriptor
-// reserve: one that does not fit is closed at once (there is no 503 to
-// send in that protocol) and counted in egressd_connections_shed_total.
+// reserve and its source identity's client connections
+// (limits.client_conns_per_identity, shared with the proxy's listeners):
+// one that does not fit is closed at once (there is no 503 to send in that
+// protocol), counted in egressd_connections_shed_total or logged as a
+// conn-limit denial.
 // Accept errors (out of descriptors) are logged and counted, and retried
 // after a backoff here, so the server's own accept loop never spins on
 // them; only a closed listener's error is returned.
@@ -123,6 +126,10 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		return c, nil
+		release, ok := l.x.admitClient(c, false)
+		if !ok {
+			continue
+		}
+		return &releaseConn{Conn: c, release: release}, nil
 	}
 }
