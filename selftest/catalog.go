@@ -107,6 +107,10 @@ func (r *runner) directProbes() []probe {
 		}
 		add(p)
 	}
+	for _, path := range c.HostSockets {
+		add(probe{id: "host-socket/" + path, route: "unix socket", target: path, expected: "no daemon outside the sandbox", direct: true,
+			run: func(ctx context.Context) outcome { return r.hostSocket(ctx, path) }})
+	}
 	for _, a := range c.Metadata {
 		ap := netip.AddrPortFrom(a, 80)
 		add(probe{id: "metadata-direct/" + ap.String(), route: "direct tcp to metadata", target: ap.String(), expected: expNoConn, direct: true,

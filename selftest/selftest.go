@@ -167,6 +167,10 @@ type Config struct {
 	// ListenICMP opens an ICMP socket ("ip4:icmp" or "ip6:ipv6-icmp")
 	// inside the probe namespace; nil reports the ICMP probes as not run.
 	ListenICMP func(network string) (net.PacketConn, error)
+	// HostSockets are unix socket paths of host daemons to try (see
+	// HostSocketPaths): only where the probes run in the sandbox's own file
+	// system view (`egressd probe` inside the sandbox), not from egressd's.
+	HostSockets []string
 	// SkipDirect, if set, reports every direct-route probe as not run with
 	// this reason (for example "needs root"), and runs only the probes
 	// through the proxy and the resolver.
