@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -14,10 +13,10 @@ import (
 
 // admitClient takes one of the client connection slots of c's source
 // identity (limits.client_conns_per_identity). Over the limit, c is
-// refused: answered 429 conn-limit first when http (a proxy client reads
-// it before its request), logged as a denial, and closed. release gives
-// the slot back; call it once c is closed.
-func (x *Proxy) admitClient(c net.Conn, http bool) (release func(), ok bool) {
+// refused: answered 429 conn-limit first when speaksHTTP (a proxy client
+// reads it before its request), logged as a denial, and closed. release
+// gives the slot back; call it once c is closed.
+func (x *Proxy) admitClient(c net.Conn, speaksHTTP bool) (release func(), ok bool) {
 	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
 	if err != nil {
 		return func() {}, true // not an IP client (a test pipe): nothing to count by
@@ -30,23 +29,21 @@ func (x *Proxy) admitClient(c net.Conn, http bool) (release func(), ok bool) {
 	rq := &request{start: time.Now(), identity: id}
 	detail := fmt.Sprintf("identity %s holds %d open client connections (limits.client_conns_per_identity)", orNone(id), limit)
 	status := 0
-	if http {
+	if speaksHTTP {
 		status = policy.ReasonConnLimit.Status()
 	}
 	x.logDecisionReason(context.Background(), rq, status, policy.ReasonConnLimit, detail, 0, 0)
 	go func() { // never hold up the accept loop on a slow client
-		if http {
+		if speaksHTTP {
 			body := fmt.Sprintf("egressd: %d %s: %s\n", policy.ReasonConnLimit.Status(), policy.ReasonConnLimit, detail)
 			c.SetWriteDeadline(time.Now().Add(time.Second))
 			fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nX-Egressd-Deny: %s\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s",
-				policy.ReasonConnLimit.Status(), httpStatusText(policy.ReasonConnLimit.Status()), policy.ReasonConnLimit, len(body), body)
+				policy.ReasonConnLimit.Status(), http.StatusText(policy.ReasonConnLimit.Status()), policy.ReasonConnLimit, len(body), body)
 		}
 		c.Close()
 	}()
 	return nil, false
 }
-
-func httpStatusText(code int) string { return http.StatusText(code) }
 
 // releaseConn gives its client slot back when closed.
 type releaseConn struct {
@@ -59,5 +56,3 @@ func (c *releaseConn) Close() error {
 	c.release() // once: the tracker's release is idempotent
 	return err
 }
-
-var _ io.Closer = (*releaseConn)(nil)

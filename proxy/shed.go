@@ -95,9 +95,9 @@ func (l *shedListener) Accept() (net.Conn, error) {
 // one that does not fit is closed at once (there is no 503 to send in that
 // protocol), counted in egressd_connections_shed_total or logged as a
 // conn-limit denial.
-// Accept errors (out of descriptors) are logged and counted, and retried
-// after a backoff here, so the server's own accept loop never spins on
-// them; only a closed listener's error is returned.
+// Temporary accept errors (out of descriptors) are logged and counted, and
+// retried after a backoff here, so the server's own accept loop never
+// spins on them.
 func (x *Proxy) GuardListener(l net.Listener) net.Listener {
 	return &guardedListener{Listener: l, x: x}
 }
@@ -112,7 +112,8 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			var ne net.Error
+			if errors.Is(err, net.ErrClosed) || !errors.As(err, &ne) || !ne.Temporary() { //nolint:staticcheck // what net/http retries too
 				return nil, err
 			}
 			l.x.acceptError(l.Addr().String(), err)
