@@ -132,6 +132,9 @@ func NSExecMain(args []string) error {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return fmt.Errorf("sandbox: nsexec: set no_new_privs: %w", err)
 		}
+		if err := sealNonIP(); err != nil {
+			return fmt.Errorf("sandbox: nsexec: %w", err)
+		}
 		path, err := exec.LookPath(argv[0])
 		if err != nil {
 			return fmt.Errorf("sandbox: nsexec: %w", err)
@@ -140,6 +143,9 @@ func NSExecMain(args []string) error {
 	}
 	if cred != nil {
 		if err := dropCredentials(cred); err != nil {
+			return fmt.Errorf("sandbox: nsexec: %w", err)
+		}
+		if err := sealNonIP(); err != nil {
 			return fmt.Errorf("sandbox: nsexec: %w", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -58,6 +59,35 @@ func TestRunHostSocketsMasked(t *testing.T) {
 	}
 	if !strings.Contains(out, "proxy=0") || code != 0 {
 		t.Errorf("the command no longer reaches the allowed origin through the proxy (exit %d)\n%s", code, out)
+	}
+	l.assertNothingLeft(t)
+}
+
+// TestRunNoVsock: the walls judge IP packets, and AF_VSOCK is neither IP
+// nor scoped by a network namespace: inside a virtual machine (this CI
+// machine is one) the command could open a vsock socket to the
+// hypervisor's host (CID 2) from the sandbox, around every wall. Under
+// `egressd run` the command's socket(AF_VSOCK) fails with EAFNOSUPPORT, as
+// on a machine without vsock, and io_uring (whose IORING_OP_SOCKET makes
+// sockets no socket(2) filter sees) is ENOSYS; the command runs under
+// that seccomp filter. Only socket creation is tried: nothing is sent.
+func TestRunNoVsock(t *testing.T) {
+	const python = "/usr/bin/python3" // the system's: a user's (pyenv) is out of the sandbox user's reach
+	if _, err := exec.LookPath(python); err != nil {
+		t.Fatalf("%s is needed", python)
+	}
+	l := newRunLab(t, runConfig)
+	const script = `
+import socket, errno
+try:
+    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close(); print("vsock=open")
+except OSError as e:
+    print("vsock=" + errno.errorcode.get(e.errno, str(e.errno)))
+print([l.strip() for l in open("/proc/self/status") if l.startswith("Seccomp:")][0])
+`
+	out, code := l.run(t, nil, python, "-c", script)
+	if code != 0 || !strings.Contains(out, "vsock=EAFNOSUPPORT") || !strings.Contains(out, "Seccomp:\t2") {
+		t.Errorf("inside egressd run: exit %d, want vsock=EAFNOSUPPORT under a seccomp filter (Seccomp: 2)\n%s", code, out)
 	}
 	l.assertNothingLeft(t)
 }
