@@ -15,7 +15,7 @@ import (
 // network namespace are not IP and not scoped by it: AF_VSOCK, which in a
 // virtual machine reaches the hypervisor's host (CID 2) from any network
 // namespace (kernels without net.vsock namespaces), and io_uring, whose
-// IORING_OP_SOCKET creates sockets no socket(2) filter sees. denyNonIP
+// IORING_OP_SOCKET creates sockets no socket(2) filter sees. DenyNonIP
 // installs a seccomp filter, for the calling process and what it starts,
 // that refuses socket(AF_VSOCK, ...) with EAFNOSUPPORT (as on a kernel
 // without vsock) and io_uring_setup with ENOSYS (as on one without
@@ -98,7 +98,7 @@ func seccompProgram(abis []abi) []unix.SockFilter {
 	return append(prog, allow) // an architecture not listed: nothing to refuse
 }
 
-// sealNonIP is denyNonIP for a sandboxed command: where this architecture
+// sealNonIP is DenyNonIP for a sandboxed command: where this architecture
 // has no filter it warns on stderr and goes on (AF_VSOCK matters only
 // inside a virtual machine); a filter that fails to install is an error.
 func sealNonIP() error {
@@ -106,13 +106,13 @@ func sealNonIP() error {
 		fmt.Fprintf(os.Stderr, "egressd: WARNING: no seccomp filter for %s: AF_VSOCK and io_uring stay open to the command\n", runtime.GOARCH)
 		return nil
 	}
-	return denyNonIP()
+	return DenyNonIP()
 }
 
-// denyNonIP installs the filter on every thread of this process (the
+// DenyNonIP installs the filter on every thread of this process (the
 // process must have no_new_privs set). On an architecture it has no
 // numbers for it installs nothing and says so.
-func denyNonIP() error {
+func DenyNonIP() error {
 	abis, ok := seccompABIs[runtime.GOARCH]
 	if !ok {
 		return fmt.Errorf("no seccomp filter for %s: AF_VSOCK and io_uring stay open", runtime.GOARCH)

@@ -51,7 +51,7 @@ func seccompChild() {
 		say("filter", err)
 		os.Exit(0)
 	}
-	say("filter", denyNonIP())
+	say("filter", DenyNonIP())
 	try := func(domain, typ int) error {
 		fd, err := unix.Socket(domain, typ, 0)
 		if err == nil {

@@ -69,3 +69,28 @@ func (r *runner) hostSocket(ctx context.Context, path string) outcome {
 	}
 	return leak("connected: "+how, fmt.Sprintf("a daemon outside the sandbox's network namespace answers on %s: it reaches the network for whoever connects (the Docker socket starts a container on the host's network; resolved and nscd resolve any name): do not share it with the sandbox", path))
 }
+
+// vsockTransports are the guest-side vsock transports: one loaded means
+// this machine is a virtual machine whose host (CID 2) a vsock socket
+// reaches.
+var vsockTransports = []string{"vmw_vsock_virtio_transport", "vmw_vsock_vmci_transport", "hv_sock"}
+
+// vsock reports whether this sandbox can open an AF_VSOCK socket on a
+// machine with a guest transport: a way to the hypervisor's host that is
+// not IP, so no wall sees it. Nothing is sent.
+func (r *runner) vsock(context.Context) outcome {
+	var loaded []string
+	for _, m := range vsockTransports {
+		if _, err := os.Stat("/sys/module/" + m); err == nil {
+			loaded = append(loaded, m)
+		}
+	}
+	err := openVsock()
+	switch {
+	case err != nil:
+		return pass("no vsock socket: " + err.Error())
+	case len(loaded) == 0:
+		return pass("vsock socket, but no guest transport (not a virtual machine's guest)")
+	}
+	return leak("vsock socket opened", fmt.Sprintf("this sandbox opens AF_VSOCK sockets and the machine is a virtual machine (%s): vsock reaches the hypervisor's host from any network namespace, around every wall; refuse the family with seccomp (egressd run does; Docker's default profile does)", loaded[0]))
+}

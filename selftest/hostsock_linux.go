@@ -48,3 +48,12 @@ func peerInThisNetNS(c net.Conn) (bool, string, error) {
 	}
 	return false, "pid " + strconv.Itoa(int(cred.Pid)) + " in network namespace " + theirs, nil
 }
+
+// openVsock opens and closes an AF_VSOCK socket.
+func openVsock() error {
+	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/internal/testnet"
+	"github.com/egressd/egressd/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // TestHostSocketProbe: the in-sandbox probe's host-socket check reports a
@@ -85,4 +87,36 @@ func TestHostSocketProbe(t *testing.T) {
 		t.Fatalf("the daemon in another network namespace did not start: %q", line)
 	}
 	check(host, Leak, "network namespace")
+}
+
+// TestVsockProbe: the in-sandbox probe reports an AF_VSOCK socket opened
+// on a virtual machine's guest as a leak (this CI machine is one: the
+// unfiltered case), and passes under egressd run's seccomp filter.
+// Nothing is sent.
+func TestVsockProbe(t *testing.T) {
+	if os.Getenv("EGRESSD_VSOCK_CHILD") == "1" {
+		unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+		if err := sandbox.DenyNonIP(); err != nil {
+			os.Stdout.WriteString("filter: " + err.Error() + "\n")
+		}
+		o := (&runner{}).vsock(context.Background())
+		os.Stdout.WriteString("status=" + string(o.status) + "\n")
+		return
+	}
+	o := (&runner{}).vsock(context.Background())
+	transport := false
+	for _, m := range vsockTransports {
+		if _, err := os.Stat("/sys/module/" + m); err == nil {
+			transport = true
+		}
+	}
+	if want := map[bool]Status{true: Leak, false: Pass}[transport && openVsock() == nil]; o.status != want {
+		t.Errorf("unfiltered (guest transport %v): %s %q, want %s", transport, o.status, o.result, want)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestVsockProbe$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "EGRESSD_VSOCK_CHILD=1")
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "status="+string(Pass)+"\n") {
+		t.Errorf("under egressd run's seccomp filter: want a pass\n%s", out)
+	}
 }

@@ -171,6 +171,10 @@ type Config struct {
 	// HostSocketPaths): only where the probes run in the sandbox's own file
 	// system view (`egressd probe` inside the sandbox), not from egressd's.
 	HostSockets []string
+	// Vsock adds the vsock probe: whether an AF_VSOCK socket opens on a
+	// virtual machine (only where the probes run as the sandbox does:
+	// `egressd probe`; egressd's own process is no sandbox).
+	Vsock bool
 	// SkipDirect, if set, reports every direct-route probe as not run with
 	// this reason (for example "needs root"), and runs only the probes
 	// through the proxy and the resolver.
