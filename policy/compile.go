@@ -224,8 +224,13 @@ func (c *compiler) ruleUpgrade(r *Rule, rr *rawRule, f string) {
 // ruleTargets compiles what a rule matches: hosts, host lists, cidrs and
 // ports.
 func (c *compiler) ruleTargets(r *Rule, rr *rawRule, f string) {
+	nbytes := 0
+	for _, h := range rr.Hosts {
+		nbytes += len(h.V)
+	}
+	r.Hosts.grow(len(rr.Hosts), nbytes)
 	for j, h := range rr.Hosts {
-		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok && !r.Hosts.add(pat) {
+		if pat, ok := c.hostPattern(h, fieldRef{f + ".hosts", j}, true); ok && !r.Hosts.add(pat) {
 			c.errf(h.Line, fmt.Sprintf("%s.hosts[%d]", f, j), "rule %q holds more than 4 GiB of host names", r.Name)
 		}
 	}
@@ -340,12 +345,27 @@ func (c *compiler) uniqueNames(rules []rawRule) {
 	}
 }
 
+// field names an entry of a list ("allow[0].hosts[7]"; index -1: the
+// list's own name), spelled out only for an error: a million-host list
+// would otherwise format a million names it never shows.
+type fieldRef struct {
+	list  string
+	index int
+}
+
+func (f fieldRef) String() string {
+	if f.index < 0 {
+		return f.list
+	}
+	return f.list + "[" + strconv.Itoa(f.index) + "]"
+}
+
 // hostPattern validates an exact name, "*.suffix" or (when star is true) "*".
-func (c *compiler) hostPattern(v at[string], field string, star bool) (string, bool) {
+func (c *compiler) hostPattern(v at[string], fld fieldRef, star bool) (string, bool) {
 	s := v.V
 	if s == "*" {
 		if !star {
-			c.errf(v.Line, field, "\"*\" is not allowed here")
+			c.errf(v.Line, fld.String(), "\"*\" is not allowed here")
 			return "", false
 		}
 		return s, true
@@ -354,28 +374,28 @@ func (c *compiler) hostPattern(v at[string], field string, star bool) (string, b
 	// the URL parse: it cost a million-host list a second)
 	if strings.ContainsRune(s, ':') {
 		if hint := hostHint(s); hint != "" {
-			c.errf(v.Line, field, "%q: %s", s, hint)
+			c.errf(v.Line, fld.String(), "%q: %s", s, hint)
 			return "", false
 		}
 	}
 	wild := strings.HasPrefix(s, "*.")
 	name := strings.TrimPrefix(s, "*.")
 	if strings.Contains(name, "*") {
-		c.errf(v.Line, field, "%q: a wildcard is allowed only as the whole first label (\"*.example.com\")", s)
+		c.errf(v.Line, fld.String(), "%q: a wildcard is allowed only as the whole first label (\"*.example.com\")", s)
 		return "", false
 	}
 	n, a, err := NormalizeHost(name)
 	if err != nil {
-		c.errf(v.Line, field, "%q: %v", s, trimBadTarget(err))
+		c.errf(v.Line, fld.String(), "%q: %v", s, trimBadTarget(err))
 		return "", false
 	}
 	if a.IsValid() {
-		c.errf(v.Line, field, "%q is an address: put addresses in cidrs (e.g. %s)", s, netip.PrefixFrom(a, a.BitLen()))
+		c.errf(v.Line, fld.String(), "%q is an address: put addresses in cidrs (e.g. %s)", s, netip.PrefixFrom(a, a.BitLen()))
 		return "", false
 	}
 	if wild {
 		if _, err := publicsuffix.EffectiveTLDPlusOne(n); err != nil || !strings.Contains(n, ".") {
-			c.errf(v.Line, field, "%q: a wildcard must cover a whole label under a registrable domain (e.g. \"*.example.com\")", s)
+			c.errf(v.Line, fld.String(), "%q: a wildcard must cover a whole label under a registrable domain (e.g. \"*.example.com\")", s)
 			return "", false
 		}
 		return "*." + n, true
@@ -420,12 +440,25 @@ func (c *compiler) hostsFile(r *Rule, v at[string], field string) {
 		return
 	}
 	defer f.Close()
+	// Size the rule's list for the whole file first (a pass over bytes
+	// the page cache holds): grown name by name, a million names were
+	// copied again and again, five times their size in garbage.
+	lines, size, err := countLines(f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		c.errf(v.Line, field, "read %s: %v", path, err)
+		return
+	}
+	r.Hosts.grow(lines, size)
+	defer r.Hosts.trim()
 	lc := &compiler{file: path}
 	br := bufio.NewReaderSize(f, 1<<20)
 	for n := 1; len(lc.errs) < maxListErrors; n++ {
 		b, err := br.ReadSlice('\n')
 		if s := strings.TrimSpace(string(b)); s != "" && s[0] != '#' {
-			if pat, ok := lc.hostPattern(at[string]{V: s, Line: n}, "hosts", false); ok && !r.Hosts.add(pat) {
+			if pat, ok := lc.hostPattern(at[string]{V: s, Line: n}, fieldRef{"hosts", -1}, false); ok && !r.Hosts.add(pat) {
 				lc.errf(n, "hosts", "rule %q holds more than 4 GiB of host names", r.Name)
 			}
 		}
@@ -441,6 +474,30 @@ func (c *compiler) hostsFile(r *Rule, v at[string], field string) {
 		}
 	}
 	c.errs = append(c.errs, lc.errs...)
+}
+
+// countLines returns how many lines r holds (a last line without a
+// newline counts) and its size in bytes.
+func countLines(r io.Reader) (lines, size int, err error) {
+	buf := make([]byte, 256<<10)
+	last := byte('\n')
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			lines += bytes.Count(buf[:n], []byte{'\n'})
+			size += n
+			last = buf[n-1]
+		}
+		if err == io.EOF {
+			if last != '\n' {
+				lines++
+			}
+			return lines, size, nil
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
 }
 
 // relative resolves a file named in the config against the config's
@@ -493,24 +550,28 @@ func (c *compiler) portRange(v at[string], field string) (portRange, bool) {
 	return portRange{uint16(a), uint16(b)}, true
 }
 
-// index builds the host lookup tables from the compiled rules.
+// index builds the host lookup tables from the compiled rules. It reads
+// the rules' host lists in place (no string per name) and probes the
+// tables once per name.
 func (c *compiler) index(p *Policy) {
 	full := false
-	add := func(x *hostIndex, key string, idx int32) {
-		old, ok := x.get(key)
+	add := func(x *hostIndex, key []byte, idx int32) {
+		v, added, ok := put(x, key, x.hashBytes(key))
 		switch {
 		case !ok:
-			full = full || !x.set(key, idx)
-		case old >= 0:
-			if old == idx {
+			full = true
+		case added:
+			*v = idx
+		case *v >= 0:
+			if *v == idx {
 				return
 			}
-			p.multi = append(p.multi, []int32{old, idx})
-			x.set(key, -int32(len(p.multi)))
+			p.multi = append(p.multi, []int32{*v, idx})
+			*v = -int32(len(p.multi))
 		default:
-			l := p.multi[-old-1]
+			l := p.multi[-*v-1]
 			if l[len(l)-1] != idx {
-				p.multi[-old-1] = append(l, idx)
+				p.multi[-*v-1] = append(l, idx)
 			}
 		}
 	}
@@ -529,14 +590,14 @@ func (c *compiler) index(p *Policy) {
 	p.suffix.reserve(suffix[0], suffix[1])
 	for i, r := range p.Rules {
 		idx := int32(i)
-		for h := range r.Hosts.All() {
-			switch {
-			case h == "*":
+		for j := range r.Hosts.Len() {
+			h := r.Hosts.bytesAt(j)
+			switch s, wild := bytes.CutPrefix(h, []byte("*.")); {
+			case string(h) == "*":
 				p.star = append(p.star, idx)
-			case strings.HasPrefix(h, "*."):
-				s := h[2:]
+			case wild:
 				add(&p.suffix, s, idx)
-				p.maxDepth = max(p.maxDepth, strings.Count(s, ".")+1)
+				p.maxDepth = max(p.maxDepth, bytes.Count(s, []byte("."))+1)
 			default:
 				add(&p.exact, h, idx)
 			}
@@ -559,7 +620,7 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 		p.denySuffix.set(n, 0)
 	}
 	for j, h := range d.Hosts {
-		pat, ok := c.hostPattern(h, fmt.Sprintf("deny.hosts[%d]", j), false)
+		pat, ok := c.hostPattern(h, fieldRef{"deny.hosts", j}, false)
 		if !ok {
 			continue
 		}

@@ -47,7 +47,23 @@ func (x *hostIndex) find(name string, h uint32) int {
 	}
 }
 
+// findKey is find for the build, where names come as byte slices (a host
+// list's bytes, not copied into strings); get keeps the plain method,
+// which measured faster on the lookup path.
+func findKey[S string | []byte](x *hostIndex, name S, h uint32) int {
+	mask := len(x.slots) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		s := &x.slots[i]
+		if s.n == 0 || s.hash == h && int(s.n-1) == len(name) && string(x.arena[s.off:s.off+s.n-1]) == string(name) {
+			return i
+		}
+	}
+}
+
 func (x *hostIndex) hash(name string) uint32 { return uint32(maphash.String(x.seed, name)) }
+
+// hashBytes is hash of string(name), without the copy.
+func (x *hostIndex) hashBytes(name []byte) uint32 { return uint32(maphash.Bytes(x.seed, name)) }
 
 // get returns the value stored for name.
 func (x *hostIndex) get(name string) (int32, bool) {
@@ -67,46 +83,65 @@ func (x *hostIndex) has(name string) bool {
 // set stores v for name, adding name if it is new. It reports false, and
 // stores nothing, when the arena would outgrow 4 GiB.
 func (x *hostIndex) set(name string, v int32) bool {
-	if len(x.slots) == 0 {
-		x.seed = maphash.MakeSeed()
-		x.slots = make([]hostSlot, 16)
+	x.init()
+	val, _, ok := put(x, name, x.hash(name))
+	if ok {
+		*val = v
 	}
-	h := x.hash(name)
-	i := x.find(name, h)
+	return ok
+}
+
+// put returns where name's value is stored, adding name with the value 0
+// (added true) if it is new: one probe of the table where a get and a set
+// would take two. ok is false, and nothing is added, when the arena would
+// outgrow 4 GiB. h is name's hash (hash or hashBytes), after init. The
+// pointer is valid until the next put.
+func put[S string | []byte](x *hostIndex, name S, h uint32) (val *int32, added, ok bool) {
+	i := findKey(x, name, h)
 	if x.slots[i].n != 0 {
-		x.slots[i].val = v
-		return true
+		return &x.slots[i].val, false, true
 	}
 	if len(x.arena)+len(name) > maxArena {
-		return false
+		return nil, false, false
 	}
 	if (x.n+1)*2 > len(x.slots) {
-		x.grow()
-		i = x.find(name, h)
+		x.resize(2 * len(x.slots))
+		i = findKey(x, name, h)
 	}
 	off := len(x.arena)
 	x.arena = append(x.arena, name...)
-	x.slots[i] = hostSlot{hash: h, off: uint32(off), n: uint32(len(name)) + 1, val: v}
+	x.slots[i] = hostSlot{hash: h, off: uint32(off), n: uint32(len(name)) + 1}
 	x.n++
-	return true
+	return &x.slots[i].val, true, true
 }
 
 // reserve sizes the index for n more names of nbytes in all, so that
-// loading a large policy does not copy the table and arena as they grow.
+// loading a large policy neither copies the table and arena as they grow
+// nor leaves the smaller tables behind as garbage: one allocation each.
 func (x *hostIndex) reserve(n, nbytes int) {
-	if len(x.slots) == 0 {
-		x.seed = maphash.MakeSeed()
-		x.slots = make([]hostSlot, 16)
+	x.init()
+	size := len(x.slots)
+	for (x.n+n)*2 > size {
+		size *= 2
 	}
-	for (x.n+n)*2 > len(x.slots) {
-		x.grow()
+	if size != len(x.slots) {
+		x.resize(size)
 	}
 	x.arena = slices.Grow(x.arena, nbytes)
 }
 
-func (x *hostIndex) grow() {
+// init gives an empty index its seed and first table.
+func (x *hostIndex) init() {
+	if len(x.slots) == 0 {
+		x.seed = maphash.MakeSeed()
+		x.slots = make([]hostSlot, 16)
+	}
+}
+
+// resize moves the slots into a table of size slots (a power of two).
+func (x *hostIndex) resize(size int) {
 	old := x.slots
-	x.slots = make([]hostSlot, 2*len(old))
+	x.slots = make([]hostSlot, size)
 	mask := len(x.slots) - 1
 	for _, s := range old {
 		if s.n == 0 {
@@ -126,6 +161,24 @@ func (x *hostIndex) grow() {
 type HostList struct {
 	names []byte
 	ends  []uint32 // end offset of each name in names
+}
+
+// grow makes room for n more names of nbytes in all, so that a long
+// list is not copied again and again as it grows.
+func (l *HostList) grow(n, nbytes int) {
+	l.names = slices.Grow(l.names, nbytes)
+	l.ends = slices.Grow(l.ends, n)
+}
+
+// trim gives back the room grow reserved and the list did not use (a
+// hosts file of mostly comments), when it is more than a quarter.
+func (l *HostList) trim() {
+	if cap(l.names)-len(l.names) > len(l.names)/4+4096 {
+		l.names = slices.Clone(l.names)
+	}
+	if cap(l.ends)-len(l.ends) > len(l.ends)/4+1024 {
+		l.ends = slices.Clone(l.ends)
+	}
 }
 
 func (l *HostList) add(name string) bool {
