@@ -47,10 +47,9 @@ func (x *hostIndex) find(name string, h uint32) int {
 	}
 }
 
-// findKey is find for the build, where names come as byte slices (a host
-// list's bytes, not copied into strings); get keeps the plain method,
-// which measured faster on the lookup path.
-func findKey[S string | []byte](x *hostIndex, name S, h uint32) int {
+// findBytes is find for a name in the arena itself (the build), without
+// a string made of it.
+func (x *hostIndex) findBytes(name []byte, h uint32) int {
 	mask := len(x.slots) - 1
 	for i := int(h) & mask; ; i = (i + 1) & mask {
 		s := &x.slots[i]
@@ -84,41 +83,24 @@ func (x *hostIndex) has(name string) bool {
 // stores nothing, when the arena would outgrow 4 GiB.
 func (x *hostIndex) set(name string, v int32) bool {
 	x.init()
-	val, _, ok := put(x, name, x.hash(name))
-	if ok {
-		*val = v
+	h := x.hash(name)
+	i := x.find(name, h)
+	if x.slots[i].n == 0 {
+		if len(x.arena)+len(name) > maxArena {
+			return false
+		}
+		off := len(x.arena)
+		x.arena = append(x.arena, name...)
+		i = x.insert(i, h, uint32(off), uint32(len(name)))
 	}
-	return ok
+	x.slots[i].val = v
+	return true
 }
 
-// put returns where name's value is stored, adding name with the value 0
-// (added true) if it is new: one probe of the table where a get and a set
-// would take two. ok is false, and nothing is added, when the arena would
-// outgrow 4 GiB. h is name's hash (hash or hashBytes), after init. The
-// pointer is valid until the next put.
-func put[S string | []byte](x *hostIndex, name S, h uint32) (val *int32, added, ok bool) {
-	i := findKey(x, name, h)
-	if x.slots[i].n != 0 {
-		return &x.slots[i].val, false, true
-	}
-	if len(x.arena)+len(name) > maxArena {
-		return nil, false, false
-	}
-	if (x.n+1)*2 > len(x.slots) {
-		x.resize(2 * len(x.slots))
-		i = findKey(x, name, h)
-	}
-	off := len(x.arena)
-	x.arena = append(x.arena, name...)
-	x.slots[i] = hostSlot{hash: h, off: uint32(off), n: uint32(len(name)) + 1}
-	x.n++
-	return &x.slots[i].val, true, true
-}
-
-// reserve sizes the index for n more names of nbytes in all, so that
-// loading a large policy neither copies the table and arena as they grow
-// nor leaves the smaller tables behind as garbage: one allocation each.
-func (x *hostIndex) reserve(n, nbytes int) {
+// share makes arena, which holds the names the index will refer to, the
+// index's own (a policy's lookup tables and its rules' host lists share
+// one: every name is stored once), and sizes the table for n names.
+func (x *hostIndex) share(arena []byte, n int) {
 	x.init()
 	size := len(x.slots)
 	for (x.n+n)*2 > size {
@@ -127,7 +109,35 @@ func (x *hostIndex) reserve(n, nbytes int) {
 	if size != len(x.slots) {
 		x.resize(size)
 	}
-	x.arena = slices.Grow(x.arena, nbytes)
+	x.arena = arena
+}
+
+// putShared returns where the value of the name at arena[off:off+n] is
+// stored, adding it with the value 0 (added true) if it is new, without
+// copying it: one probe of the table where a get and a set would take
+// two. The pointer is valid until the next put.
+func (x *hostIndex) putShared(off, n uint32) (val *int32, added bool) {
+	name := x.arena[off : off+n]
+	h := x.hashBytes(name)
+	i := x.findBytes(name, h)
+	if x.slots[i].n != 0 {
+		return &x.slots[i].val, false
+	}
+	i = x.insert(i, h, off, n)
+	return &x.slots[i].val, true
+}
+
+// insert fills the empty slot i with the name at arena[off:off+n] of hash
+// h, growing the table first if it would be over half full, and returns
+// the slot it went to.
+func (x *hostIndex) insert(i int, h, off, n uint32) int {
+	if (x.n+1)*2 > len(x.slots) {
+		x.resize(2 * len(x.slots))
+		i = x.findBytes(x.arena[off:off+n], h)
+	}
+	x.slots[i] = hostSlot{hash: h, off: off, n: n + 1}
+	x.n++
+	return i
 }
 
 // init gives an empty index its seed and first table.
@@ -170,12 +180,11 @@ func (l *HostList) grow(n, nbytes int) {
 	l.ends = slices.Grow(l.ends, n)
 }
 
-// trim gives back the room grow reserved and the list did not use (a
-// hosts file of mostly comments), when it is more than a quarter.
+// trim gives back the room grow reserved for ends and the list did not
+// use (a hosts file of mostly comments), when it is more than a quarter
+// (the names move into the policy's arena, exactly sized, when it is
+// indexed).
 func (l *HostList) trim() {
-	if cap(l.names)-len(l.names) > len(l.names)/4+4096 {
-		l.names = slices.Clone(l.names)
-	}
 	if cap(l.ends)-len(l.ends) > len(l.ends)/4+1024 {
 		l.ends = slices.Clone(l.ends)
 	}
