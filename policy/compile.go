@@ -229,6 +229,7 @@ func (c *compiler) ruleTargets(r *Rule, rr *rawRule, f string) {
 		nbytes += len(h.V)
 	}
 	r.Hosts.grow(len(rr.Hosts), nbytes)
+	r.inlineHosts = len(rr.Hosts)
 	for j, h := range rr.Hosts {
 		if pat, ok := c.hostPattern(h, fieldRef{f + ".hosts", j}, true); ok && !r.Hosts.add(pat) {
 			c.errf(h.Line, fmt.Sprintf("%s.hosts[%d]", f, j), "rule %q holds more than 4 GiB of host names", r.Name)
