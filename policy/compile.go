@@ -583,23 +583,8 @@ func (c *compiler) index(p *Policy) {
 	}
 	p.exact.share(arena, exact)
 	p.suffix.share(arena, suffix)
-	add := func(x *hostIndex, off, n uint32, idx int32) {
-		switch v, added := x.putShared(off, n); {
-		case added:
-			*v = idx
-		case *v >= 0:
-			if *v == idx {
-				return
-			}
-			p.multi = append(p.multi, []int32{*v, idx})
-			*v = -int32(len(p.multi))
-		default:
-			l := p.multi[-*v-1]
-			if l[len(l)-1] != idx {
-				p.multi[-*v-1] = append(l, idx)
-			}
-		}
-	}
+	exactRefs := make([]hostRef, 0, exact)
+	suffixRefs := make([]hostRef, 0, suffix)
 	for i, r := range p.Rules {
 		idx := int32(i)
 		off := starts[i]
@@ -610,15 +595,37 @@ func (c *compiler) index(p *Policy) {
 			case string(h) == "*":
 				p.star = append(p.star, idx)
 			case wild:
-				add(&p.suffix, off+2, n-2, idx)
+				suffixRefs = append(suffixRefs, hostRef{p.suffix.hashBytes(s), off + 2, n - 2, idx})
 				p.maxDepth = max(p.maxDepth, bytes.Count(s, []byte("."))+1)
 			default:
-				add(&p.exact, off, n, idx)
+				exactRefs = append(exactRefs, hostRef{p.exact.hashBytes(h), off, n, idx})
 			}
 			off += n
 		}
 		if len(r.CIDRs) > 0 {
 			p.cidrRule = append(p.cidrRule, idx)
+		}
+	}
+	for _, t := range []struct {
+		x    *hostIndex
+		refs []hostRef
+	}{{&p.exact, exactRefs}, {&p.suffix, suffixRefs}} {
+		for _, ref := range t.x.slotOrder(t.refs) {
+			switch v, added := t.x.putShared(ref.off, ref.n, ref.h); {
+			case added:
+				*v = ref.rule
+			case *v >= 0:
+				if *v == ref.rule {
+					continue
+				}
+				p.multi = append(p.multi, []int32{*v, ref.rule})
+				*v = -int32(len(p.multi))
+			default:
+				l := p.multi[-*v-1]
+				if l[len(l)-1] != ref.rule {
+					p.multi[-*v-1] = append(l, ref.rule)
+				}
+			}
 		}
 	}
 }

@@ -123,14 +123,35 @@ func BenchmarkHostIndexGet(b *testing.B) {
 // TestSharedArenaIndex: the rules' lists and both tables share one arena;
 // a name several rules list (exact, wildcard, both, repeated in one rule)
 // must still map to every rule naming it, in order, and each rule's list
-// must read back as written.
+// must read back as written: for a few names, and for enough that the
+// table is filled in slot order.
 func TestSharedArenaIndex(t *testing.T) {
-	rules := [][]string{
+	checkIndex(t, [][]string{
 		{"a.example.com", "*.example.com", "a.example.com", "b.example.org"},
 		{"*.example.com", "c.example.net"},
 		{"b.example.org", "a.example.com", "*", "*.example.com"},
 		{"example.com"},
+	})
+	big := make([][]string, 4)
+	for i := range 6000 {
+		h := fmt.Sprintf("h%d.example.com", i)
+		if i%3 == 0 {
+			h = "*." + h
+		}
+		big[0] = append(big[0], h)
+		if i >= 3000 {
+			big[1] = append(big[1], h)
+		}
+		if i%7 == 0 {
+			big[2] = append(big[2], h, h)
+		}
+		big[3] = append(big[3], fmt.Sprintf("x%d.example.org", i))
 	}
+	checkIndex(t, big)
+}
+
+func checkIndex(t *testing.T, rules [][]string) {
+	t.Helper()
 	var b strings.Builder
 	b.WriteString("version: 1\nallow:\n")
 	for i, hs := range rules {
