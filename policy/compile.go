@@ -606,25 +606,28 @@ func (c *compiler) index(p *Policy) {
 			p.cidrRule = append(p.cidrRule, idx)
 		}
 	}
-	for _, t := range []struct {
-		x    *hostIndex
-		refs []hostRef
-	}{{&p.exact, exactRefs}, {&p.suffix, suffixRefs}} {
-		for _, ref := range t.x.slotOrder(t.refs) {
-			switch v, added := t.x.putShared(ref.off, ref.n, ref.h); {
-			case added:
-				*v = ref.rule
-			case *v >= 0:
-				if *v == ref.rule {
-					continue
-				}
-				p.multi = append(p.multi, []int32{*v, ref.rule})
-				*v = -int32(len(p.multi))
-			default:
-				l := p.multi[-*v-1]
-				if l[len(l)-1] != ref.rule {
-					p.multi[-*v-1] = append(l, ref.rule)
-				}
+	// one table after the other: the exact names' refs are garbage while
+	// the wildcards fill theirs
+	fillTable(p, &p.exact, exactRefs)
+	fillTable(p, &p.suffix, suffixRefs)
+}
+
+// fillTable adds refs to the table x of p, in slot order.
+func fillTable(p *Policy, x *hostIndex, refs []hostRef) {
+	for _, ref := range x.slotOrder(refs) {
+		switch v, added := x.putShared(ref.off, ref.n, ref.h); {
+		case added:
+			*v = ref.rule
+		case *v >= 0:
+			if *v == ref.rule {
+				continue
+			}
+			p.multi = append(p.multi, []int32{*v, ref.rule})
+			*v = -int32(len(p.multi))
+		default:
+			l := p.multi[-*v-1]
+			if l[len(l)-1] != ref.rule {
+				p.multi[-*v-1] = append(l, ref.rule)
 			}
 		}
 	}
