@@ -163,3 +163,22 @@ func TestWarnsOfBigInlineLists(t *testing.T) {
 		t.Errorf("warnings %q, want one for allow[1]'s inline list", w)
 	}
 }
+
+// TestLoadFromAPipe: a config that is not a regular file (a pipe, as with
+// --config <(generate)) cannot be read a second time to name an error's
+// field: it is read whole first, and errors still name the rule.
+func TestLoadFromAPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go func() {
+		w.WriteString("version: 1\nallow:\n  - name: a\n    hots: [a.example]\n")
+		w.Close()
+	}()
+	_, err = Load(fmt.Sprintf("/proc/self/fd/%d", r.Fd()))
+	if err == nil || !strings.Contains(err.Error(), `:4: allow[0]: unknown key "hots": did you mean "hosts"?`) {
+		t.Errorf("error %v, want it to name allow[0] at line 4", err)
+	}
+}

@@ -188,17 +188,21 @@ func (es ConfigErrors) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// Load reads and compiles the config file at path. The file is decoded as
-// it is read, not held whole beside the parser's nodes (a million hosts
-// inline are 35 MB of text); only a config with errors is read again, to
-// name the fields they are in.
+// Load reads and compiles the config file at path. A regular file is
+// decoded as it is read, not held whole beside the parser's nodes (a
+// million hosts inline are 35 MB of text); only a config with errors is
+// read again, to name the fields they are in.
 func Load(path string) (*Policy, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open config: %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > maxConfigBytes {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return Parse(f, path) // a pipe cannot be read again for the error
+	}
+	if st.Size() > maxConfigBytes {
 		return nil, tooLarge(path)
 	}
 	lr := &io.LimitedReader{R: f, N: maxConfigBytes + 1}
