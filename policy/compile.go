@@ -26,6 +26,10 @@ import (
 type compiler struct {
 	file string
 	errs ConfigErrors
+	// names holds every rule's host names back to back, sized up front
+	// (namesSize) so that the rules' lists fill it in place and index
+	// shares it rather than copies it
+	names []byte
 }
 
 func (c *compiler) errf(line int, field, format string, args ...any) {
@@ -86,6 +90,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 		}
 	}
 	p.UpstreamCA = raw.UpstreamCA.V
+	c.names = make([]byte, 0, c.namesSize(raw.Allow))
 	for i := range raw.Allow {
 		if r := c.rule(&raw.Allow[i], i); r != nil {
 			p.Rules = append(p.Rules, r)
@@ -183,6 +188,8 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		r.Name = fmt.Sprintf("allow-%d", i)
 	}
 	line := firstLine(rr)
+	defer c.keepNames(r)
+	r.Hosts.names = c.names[len(c.names):len(c.names)] // filled in place while the room lasts
 	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 && len(rr.HostsFiles) == 0 {
 		c.errf(line, f, "rule %q names no hosts and no cidrs: it would match nothing", r.Name)
 	}
@@ -316,6 +323,34 @@ func (c *compiler) ruleMirror(r *Rule, rr *rawRule, f string) {
 			break
 		}
 		r.ReadPosts = append(r.ReadPosts, s.V)
+	}
+}
+
+// namesSize is room for every rule's host names: the inline ones, and the
+// size of each hosts file (more than its names: newlines and comments are
+// not kept).
+func (c *compiler) namesSize(rules []rawRule) int {
+	n := 0
+	for i := range rules {
+		for _, h := range rules[i].Hosts {
+			n += len(h.V)
+		}
+		for _, v := range rules[i].HostsFiles {
+			if st, err := os.Stat(c.relative(v.V)); err == nil && st.Mode().IsRegular() {
+				n += int(min(st.Size(), maxArena))
+			}
+		}
+	}
+	return min(n, maxArena)
+}
+
+// keepNames moves c.names past rule r's names if r's list filled it in
+// place (it did not outgrow the room: a hosts file that grew while it was
+// read); if not, index copies every rule's names into one arena.
+func (c *compiler) keepNames(r *Rule) {
+	n := len(r.Hosts.names)
+	if n > 0 && cap(c.names)-len(c.names) >= n && &r.Hosts.names[0] == &c.names[len(c.names) : len(c.names)+1][0] {
+		c.names = c.names[:len(c.names)+n]
 	}
 }
 
@@ -557,21 +592,17 @@ func (c *compiler) portRange(v at[string], field string) (portRange, bool) {
 // stored twice, 22 MiB of the 84 a 1M-host policy kept), and the tables
 // are built from the arena's bytes with one probe per name.
 func (c *compiler) index(p *Policy) {
-	total := 0
-	for _, r := range p.Rules {
-		total += len(r.Hosts.names)
-	}
-	if total > maxArena {
-		c.errf(1, "allow", "more than 4 GiB of host names: split the policy")
-		return
-	}
-	arena := make([]byte, 0, total)
+	arena, shared := c.names, true
 	starts := make([]uint32, len(p.Rules))
+	total := 0
 	var exact, suffix int
 	for i, r := range p.Rules {
-		starts[i] = uint32(len(arena))
-		arena = append(arena, r.Hosts.names...)
-		r.Hosts.names = arena[starts[i]:len(arena):len(arena)] // full: an append copies
+		n := len(r.Hosts.names)
+		if n > 0 && (total+n > len(arena) || &r.Hosts.names[0] != &arena[total]) {
+			shared = false
+		}
+		starts[i] = uint32(min(total, maxArena))
+		total += n
 		for j := range r.Hosts.Len() {
 			switch h := r.Hosts.bytesAt(j); {
 			case bytes.HasPrefix(h, []byte("*.")):
@@ -580,6 +611,21 @@ func (c *compiler) index(p *Policy) {
 				exact++
 			}
 		}
+	}
+	if total > maxArena {
+		c.errf(1, "allow", "more than 4 GiB of host names: split the policy")
+		return
+	}
+	if !shared || total != len(arena) || cap(arena)-len(arena) > len(arena)/4+4096 {
+		// not filled in place, or mostly room left unused (comments): copy
+		arena = make([]byte, 0, total)
+		for _, r := range p.Rules {
+			arena = append(arena, r.Hosts.names...)
+		}
+	}
+	arena = arena[:len(arena):len(arena)] // full: an append copies
+	for i, r := range p.Rules {
+		r.Hosts.names = arena[starts[i] : int(starts[i])+len(r.Hosts.names) : int(starts[i])+len(r.Hosts.names)]
 	}
 	p.exact.share(arena, exact)
 	p.suffix.share(arena, suffix)
