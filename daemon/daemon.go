@@ -337,7 +337,10 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 		d.dnsAddr = udp.LocalAddr().String()
 		d.px.AddListener(udp.LocalAddr())
 		d.px.AddListener(tcp.Addr())
-		go func() { errc <- d.dns.Serve(udp, tcp) }()
+		// TCP connections to the DNS port hold a descriptor each: they
+		// come out of the proxy's descriptor reserve, so a sandbox holding
+		// many cannot take the last ones from the admin endpoint.
+		go func() { errc <- d.dns.Serve(udp, d.px.GuardListener(tcp)) }()
 	}
 	if p.Listen.Admin != "" {
 		al, err := net.Listen("tcp", p.Listen.Admin)

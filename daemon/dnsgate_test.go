@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -48,9 +49,19 @@ func (w *dnsWriter) WriteMsg(m *dns.Msg) error { w.got = m; return nil }
 // and says what came back: the rcode, and "+answer" when it has records.
 func ask(t *testing.T, d *Daemon, client string, name string) string {
 	t.Helper()
+	return askOver(t, d, "udp", client, name)
+}
+
+// askOver is ask over network: "udp" or "tcp".
+func askOver(t *testing.T, d *Daemon, network, client string, name string) string {
+	t.Helper()
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
-	w := &dnsWriter{nullDNSWriter: nullDNSWriter{remote: net.UDPAddrFromAddrPort(netip.MustParseAddrPort(client))}}
+	var remote net.Addr = net.UDPAddrFromAddrPort(netip.MustParseAddrPort(client))
+	if network == "tcp" {
+		remote = net.TCPAddrFromAddrPort(netip.MustParseAddrPort(client))
+	}
+	w := &dnsWriter{nullDNSWriter: nullDNSWriter{remote: remote}}
 	d.dns.ServeDNS(w, q)
 	if w.got == nil {
 		t.Fatalf("%s: no reply", name)
@@ -159,7 +170,7 @@ func TestReloadSelftestTestsTheCandidateOverDNS(t *testing.T) {
 		probes[netip.MustParseAddrPort(probeClient)] = true
 		mu.Unlock()
 		defer func() { mu.Lock(); delete(probes, netip.MustParseAddrPort(probeClient)); mu.Unlock() }()
-		got := ask(t, f.d, probeClient, "canary.example.com")
+		got := askOver(t, f.d, "tcp", probeClient, "canary.example.com")
 		leaks = append(leaks, got)
 		if strings.HasPrefix(got, "NXDOMAIN") || strings.HasPrefix(got, "REFUSED") {
 			return Verdict{Sealed: true}
@@ -177,7 +188,79 @@ func TestReloadSelftestTestsTheCandidateOverDNS(t *testing.T) {
 	if got := ask(t, f.d, sandboxClient, "canary.example.com"); got != "NXDOMAIN" {
 		t.Errorf("canary.example.com after the rollback: %s, want NXDOMAIN", got)
 	}
-	if got := ask(t, f.d, probeClient, "canary.example.com"); got != "NXDOMAIN" {
+	if got := askOver(t, f.d, "tcp", probeClient, "canary.example.com"); got != "NXDOMAIN" {
 		t.Errorf("canary.example.com from the (no longer exempt) probe address after the rollback: %s, want NXDOMAIN", got)
+	}
+}
+
+// TestDNSExemptionOnlyOverTCP: the self-test's DNS probes pass the
+// readiness gate by their source address and port, and a UDP source is
+// whatever the sender writes: a sandbox with CAP_NET_RAW (Docker's default)
+// that spoofs an open probe socket's address and port had its queries
+// forwarded upstream while egressd was not ready (during a reload's
+// verification, after a leak). Only a TCP client, whose address a
+// handshake proved, is exempt; the probe asks over TCP.
+func TestDNSExemptionOnlyOverTCP(t *testing.T) {
+	up := fakeUpstream(t)
+	const probeClient = "127.0.0.1:41000"
+	f := startWith(t, func(o *Options) {
+		cfg := dnsConfig(up, "old.example.com")
+		o.Load = func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "t.yaml") }
+		o.ProxyConfig.ReadyExempt = func(ap netip.AddrPort) bool { return ap == netip.MustParseAddrPort(probeClient) }
+	})
+	// a scheduled self-test finds a leak: nothing allowed goes upstream
+	f.leak.Store(true)
+	f.d.scheduled(context.Background())
+	if got := ask(t, f.d, sandboxClient, "old.example.com"); got != "SERVFAIL" {
+		t.Fatalf("old.example.com while not ready: %s, want SERVFAIL", got)
+	}
+	if got := askOver(t, f.d, "udp", probeClient, "old.example.com"); got != "SERVFAIL" {
+		t.Errorf("old.example.com over UDP from a probe socket's address and port while not ready: %s, want SERVFAIL (a UDP source can be spoofed)", got)
+	}
+	if got := askOver(t, f.d, "tcp", probeClient, "old.example.com"); got != "NOERROR+answer" {
+		t.Errorf("old.example.com over TCP from the probe's connection while not ready: %s, want an answer (the self-test meets the policy in force)", got)
+	}
+}
+
+// TestDNSTCPCountsClientConns: TCP connections to the DNS port are client
+// connections of their source's identity like the proxy's
+// (limits.client_conns_per_identity): one past the limit is closed
+// unanswered, so a sandbox cannot hold DNS connections without bound.
+func TestDNSTCPCountsClientConns(t *testing.T) {
+	up := fakeUpstream(t)
+	f := startWith(t, func(o *Options) {
+		cfg := dnsConfig(up, "old.example.com") + "limits:\n  client_conns_per_identity: 3\n"
+		o.Load = func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "t.yaml") }
+	})
+	_, dnsAddr, _ := f.d.Addrs()
+	ask := func() (net.Conn, error) {
+		c, err := net.Dial("tcp", dnsAddr)
+		if err != nil {
+			return nil, err
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		q := new(dns.Msg)
+		q.SetQuestion("refused.example.", dns.TypeA)
+		co := &dns.Conn{Conn: c}
+		if err := co.WriteMsg(q); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if _, err := co.ReadMsg(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	for i := range 3 {
+		c, err := ask()
+		if err != nil {
+			t.Fatalf("DNS TCP connection %d: %v", i+1, err)
+		}
+		defer c.Close()
+	}
+	if c, err := ask(); err == nil {
+		c.Close()
+		t.Fatalf("a fourth DNS TCP connection of one source with client_conns_per_identity 3 was answered, want it closed")
 	}
 }

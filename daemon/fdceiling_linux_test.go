@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +13,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // TestAdminAtFDCeiling: at the process's real descriptor ceiling (a low
@@ -87,4 +93,122 @@ func fdCeilingChild(t *testing.T) {
 		t.Errorf("/metrics lacks the shed count")
 	}
 	t.Logf("%d clients held, %d shed, /metrics %d", len(held), shed, resp.StatusCode)
+}
+
+// TestDNSTCPAtFDCeiling: the DNS filter's TCP listener accepted every
+// connection, outside the descriptor reserve that sheds proxy clients, so
+// a sandbox that held TCP connections to the DNS port (one query each
+// keeps one open for miekg/dns's 8 s idle timeout, and nothing bounds how
+// many) used up the last descriptors: the admin endpoint went dark and
+// every other client with it. The DNS listener's connections now come
+// out of the same reserve: past it they are closed at once and counted.
+// The daemon runs in a child at a low RLIMIT_NOFILE; the clients run here,
+// so their own sockets cost the child nothing.
+func TestDNSTCPAtFDCeiling(t *testing.T) {
+	if os.Getenv("EGRESSD_DNSFD_CHILD") == "1" {
+		dnsFDChild(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDNSTCPAtFDCeiling$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "EGRESSD_DNSFD_CHILD=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var childOut strings.Builder
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("child:\n%s", childOut.String())
+		}
+	}()
+	sc := bufio.NewScanner(stdout)
+	var dnsAddr, admin string
+	for sc.Scan() {
+		childOut.WriteString(sc.Text() + "\n")
+		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "ADDRS" {
+			dnsAddr, admin = f[1], f[2]
+			break
+		}
+	}
+	if dnsAddr == "" {
+		t.Fatalf("the child never said where it listens")
+	}
+	go func() {
+		for sc.Scan() {
+			childOut.WriteString(sc.Text() + "\n")
+		}
+	}()
+	q := new(dns.Msg)
+	q.SetQuestion("refused.example.", dns.TypeA)
+	wire, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	query := append([]byte{byte(len(wire) >> 8), byte(len(wire))}, wire...)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	closed := 0
+	for i := 0; i < 400 && closed < 5; i++ {
+		c, err := net.DialTimeout("tcp", dnsAddr, 2*time.Second)
+		if err != nil {
+			t.Logf("dial %d: %v", i, err)
+			break
+		}
+		// one answered query: the connection stays open for the idle timeout
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		c.Write(query)
+		var l [2]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			closed++ // shed: closed without an answer
+			c.Close()
+			continue
+		}
+		io.ReadFull(c, make([]byte, int(l[0])<<8|int(l[1])))
+		held = append(held, c)
+	}
+	resp, err := (&http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatalf("/metrics with %d DNS TCP connections held (%d closed): %v: the DNS listener took the descriptors the reserve keeps", len(held), closed, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if closed == 0 {
+		t.Errorf("%d DNS TCP connections held, none shed", len(held))
+	}
+	if !strings.Contains(string(body), "egressd_connections_shed_total ") {
+		t.Errorf("/metrics lacks the shed count")
+	}
+	t.Logf("%d DNS TCP connections held, %d shed, /metrics %d", len(held), closed, resp.StatusCode)
+}
+
+func dnsFDChild(t *testing.T) {
+	f := startWith(t, func(o *Options) {
+		cfg := "version: 1\nlisten:\n  admin: 127.0.0.1:0\n  dns: 127.0.0.1:0\nresolver:\n  upstreams: [\"127.0.0.1:9\"]\nallow:\n  - name: names\n    hosts: [allowed.example]\n"
+		o.Load = func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "t.yaml") }
+	})
+	var open int
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		open = len(ents)
+	}
+	// room for about 60 more descriptors above the proxy's reserve of 128
+	lim := syscall.Rlimit{Cur: uint64(open + 128 + 60), Max: uint64(open + 128 + 60)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	_, dnsAddr, admin := f.d.Addrs()
+	fmt.Printf("ADDRS %s %s\n", dnsAddr, admin)
+	io.Copy(io.Discard, os.Stdin) // until the parent is done
 }

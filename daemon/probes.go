@@ -36,7 +36,8 @@ const (
 	probeTokenTTL   = 15 * time.Minute
 	maxProbeTokens  = 16 // live tokens per identity
 	defaultEvery    = 5 * time.Minute
-	maxProbeClients = 4096 // identities tracked
+	maxEvery        = 24 * time.Hour // a schedule the sandbox claims: longer would never be overdue
+	maxProbeClients = 4096           // identities tracked
 )
 
 // ProbeResult is one in-sandbox probe run as egressd received it.
@@ -220,11 +221,12 @@ func (ps *probes) record(identity string, req resultRequest) (ProbeResult, error
 		return ProbeResult{}, probeError("unknown or expired run token for identity " + identity)
 	}
 	delete(s.tokens, req.Token)
+	req.Report.Clean() // the sandbox's own text, bound for logs, history and report
 	now := ps.now()
 	s.last, s.lastAt, s.received = req.Report, now, s.received+1
 	s.every = defaultEvery
 	if req.Every > 0 {
-		s.every = req.Every
+		s.every = min(req.Every, maxEvery)
 	}
 	ps.mu.Unlock()
 	out := req.Report.Outcome()

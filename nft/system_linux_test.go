@@ -85,7 +85,7 @@ func TestSystemApplyCheckDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Counters: %v", err)
 	}
-	for _, n := range []string{CounterDropHighRisk, CounterDropInput, CounterDropForward, CounterDropOutputUID,
+	for _, n := range []string{CounterDropHighRisk, CounterDropSpoofed, CounterDropInput, CounterDropForward, CounterDropOutputUID,
 		CounterAcceptProxy, CounterAcceptDNS, CounterAcceptExtra, CounterAcceptND} {
 		if _, ok := ctrs[n]; !ok {
 			t.Errorf("Counters: no %q in %v", n, ctrs)

@@ -42,10 +42,13 @@ const (
 	defaultAlertBatch       = 10 * time.Second
 	defaultProbeTimeout     = 1500 * time.Millisecond
 	defaultConnsPerIdentity = 512
-	defaultHeaderBytes      = 32 << 10
-	defaultIdleTimeout      = 5 * time.Minute
-	defaultDialTimeout      = 10 * time.Second
-	defaultMirrorBodyBytes  = 1 << 20
+	// clientConnsPerRequest: without client_conns_per_identity, an identity
+	// may hold this many open client connections per request slot.
+	clientConnsPerRequest  = 4
+	defaultHeaderBytes     = 32 << 10
+	defaultIdleTimeout     = 5 * time.Minute
+	defaultDialTimeout     = 10 * time.Second
+	defaultMirrorBodyBytes = 1 << 20
 	// defaultReadHeadBytes: a browser's or API client's headers without
 	// large cookies stay under 2 KiB.
 	defaultReadHeadBytes = 4 << 10
@@ -902,6 +905,7 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 			p.Limits.DNSWildcardNames = l.DNSWildcardNames.V
 		}
 	}
+	p.Limits.ClientConns = pos(l.ClientConns, "limits.client_conns_per_identity", clientConnsPerRequest*p.Limits.ConnsPerIdentity)
 	if l.MirrorBodyBytes.Line != 0 {
 		if l.MirrorBodyBytes.V <= 0 {
 			c.errf(l.MirrorBodyBytes.Line, "limits.mirror_body_bytes", "%d: must be positive", l.MirrorBodyBytes.V)

@@ -136,6 +136,7 @@ type rawSelftest struct {
 
 type rawLimits struct {
 	ConnsPerIdentity at[int]    `yaml:"conns_per_identity"`
+	ClientConns      at[int]    `yaml:"client_conns_per_identity"`
 	HeaderBytes      at[int]    `yaml:"header_bytes"`
 	IdleTimeout      at[string] `yaml:"idle_timeout"`
 	DialTimeout      at[string] `yaml:"dial_timeout"`

@@ -96,6 +96,12 @@ type Selftest struct {
 // Limits bound what one client can make the proxy do.
 type Limits struct {
 	ConnsPerIdentity int
+	// ClientConns bounds the client connections an identity (its source's)
+	// holds open to egressd at once, idle keep-alive ones and DNS over TCP
+	// included: ConnsPerIdentity counts only requests and tunnels in
+	// flight, so idle connections were bounded by nothing but the
+	// descriptor limit, whose reserve then shed every other client.
+	ClientConns      int
 	HeaderBytes      int
 	IdleTimeout      time.Duration
 	DialTimeout      time.Duration

@@ -36,6 +36,7 @@ type scanConn struct {
 	mu       sync.Mutex
 	heads    []headInfo // parsed but not yet claimed by a handler
 	onClose  func()
+	release  func()   // the client connection slot (admitClient); nil inside tunnels
 	refusal  *refusal // set by scan: the head is over a limit
 	refused  error    // returned by every Read once the refusal is sent
 	onRefuse func(refusal)
@@ -326,11 +327,14 @@ func (c *scanConn) setOnClose(f func()) {
 func (c *scanConn) Close() error {
 	err := c.Conn.Close()
 	c.mu.Lock()
-	f := c.onClose
-	c.onClose = nil
+	f, rel := c.onClose, c.release
+	c.onClose, c.release = nil, nil
 	c.mu.Unlock()
 	if f != nil {
 		f()
+	}
+	if rel != nil {
+		rel()
 	}
 	return err
 }

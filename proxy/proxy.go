@@ -119,8 +119,11 @@ type Proxy struct {
 	probe  ProbeHooks
 	alert  func(Attempt)
 	ids    *tracker
-	fds    *fdGuard
-	secret *inject.Store
+	// clients counts each identity's open client connections (all
+	// listeners, DNS over TCP included): limits.client_conns_per_identity.
+	clients *tracker
+	fds     *fdGuard
+	secret  *inject.Store
 
 	errorLog *log.Logger // net/http's own errors, into the proxy's log
 
@@ -144,17 +147,18 @@ const (
 // New builds a Proxy enforcing p.
 func New(p *policy.Policy, cfg Config) *Proxy {
 	x := &Proxy{
-		ca:     cfg.CA,
-		log:    cfg.Logger,
-		m:      newMetrics(cfg.Registry),
-		ready:  cfg.Ready,
-		gate:   cfg.Gate,
-		exempt: cfg.ReadyExempt,
-		probe:  cfg.Probe,
-		alert:  cfg.Alert,
-		ids:    newTracker(),
-		secret: cfg.Secrets,
-		self:   map[netip.AddrPort]bool{},
+		ca:      cfg.CA,
+		log:     cfg.Logger,
+		m:       newMetrics(cfg.Registry),
+		ready:   cfg.Ready,
+		gate:    cfg.Gate,
+		exempt:  cfg.ReadyExempt,
+		probe:   cfg.Probe,
+		alert:   cfg.Alert,
+		ids:     newTracker(),
+		clients: newTracker(),
+		secret:  cfg.Secrets,
+		self:    map[netip.AddrPort]bool{},
 	}
 	if x.log == nil {
 		x.log = slog.New(slog.DiscardHandler)
@@ -305,12 +309,20 @@ type scanListener struct {
 }
 
 func (l *scanListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		l.x.acceptError(l.name, err)
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			l.x.acceptError(l.name, err)
+			return nil, err
+		}
+		release, ok := l.x.admitClient(c, true)
+		if !ok {
+			continue
+		}
+		sc := l.x.newScanConn(c, l.x.Policy().Limits.HeaderBytes, nil)
+		sc.release = release
+		return sc, nil
 	}
-	return l.x.newScanConn(c, l.x.Policy().Limits.HeaderBytes, nil), nil
 }
 
 // isSelf reports whether ap, an address about to be dialed, is one of

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -84,5 +85,52 @@ func (l *shedListener) Accept() (net.Conn, error) {
 			io.WriteString(c, shedResponse)
 			c.Close()
 		}()
+	}
+}
+
+// GuardListener puts the connections of another egressd server that
+// sandboxes reach (the DNS filter's TCP socket) under the descriptor
+// reserve and its source identity's client connections
+// (limits.client_conns_per_identity, shared with the proxy's listeners):
+// one that does not fit is closed at once (there is no 503 to send in that
+// protocol), counted in egressd_connections_shed_total or logged as a
+// conn-limit denial.
+// Temporary accept errors (out of descriptors) are logged and counted, and
+// retried after a backoff here, so the server's own accept loop never
+// spins on them.
+func (x *Proxy) GuardListener(l net.Listener) net.Listener {
+	return &guardedListener{Listener: l, x: x}
+}
+
+type guardedListener struct {
+	net.Listener
+	x *Proxy
+}
+
+func (l *guardedListener) Accept() (net.Conn, error) {
+	var backoff time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.Is(err, net.ErrClosed) || !errors.As(err, &ne) || !ne.Temporary() { //nolint:staticcheck // what net/http retries too
+				return nil, err
+			}
+			l.x.acceptError(l.Addr().String(), err)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		if !l.x.fds.admit(time.Now()) {
+			l.x.m.shed.Inc()
+			c.Close()
+			continue
+		}
+		release, ok := l.x.admitClient(c, false)
+		if !ok {
+			continue
+		}
+		return &releaseConn{Conn: c, release: release}, nil
 	}
 }

@@ -53,8 +53,8 @@ func NSExecCommandAs(self, nsPath, resolvConf string, cred *syscall.Credential, 
 
 // NSExecMain is the child half of [NSExecCommand]; args are the arguments
 // after NSExecArg (os.Args[2:]). It unshares the mount namespace, makes /
-// private (recursively) so nothing propagates back to the host,
-// bind-mounts the resolv.conf read-only over /etc/resolv.conf, enters the
+// private (recursively) so nothing propagates back to the host, masks the
+// host's unix sockets (see maskHostSockets), bind-mounts the resolv.conf read-only over /etc/resolv.conf, enters the
 // network namespace, drops credentials if asked, and execs the command. It
 // returns only on error; it refuses to exec in the namespace it was started
 // in or in the root network namespace.
@@ -76,6 +76,11 @@ func NSExecMain(args []string) error {
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("sandbox: nsexec: make / private: %w", err)
+	}
+	// Before the sandbox's network namespace is entered: the host's
+	// daemons' sockets are listed in this one.
+	if _, err := maskHostSockets(); err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
 	}
 	if resolvConf != "" {
 		if err := unix.Mount(resolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
@@ -127,6 +132,9 @@ func NSExecMain(args []string) error {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return fmt.Errorf("sandbox: nsexec: set no_new_privs: %w", err)
 		}
+		if err := sealNonIP(); err != nil {
+			return fmt.Errorf("sandbox: nsexec: %w", err)
+		}
 		path, err := exec.LookPath(argv[0])
 		if err != nil {
 			return fmt.Errorf("sandbox: nsexec: %w", err)
@@ -135,6 +143,9 @@ func NSExecMain(args []string) error {
 	}
 	if cred != nil {
 		if err := dropCredentials(cred); err != nil {
+			return fmt.Errorf("sandbox: nsexec: %w", err)
+		}
+		if err := sealNonIP(); err != nil {
 			return fmt.Errorf("sandbox: nsexec: %w", err)
 		}
 	}

@@ -107,6 +107,14 @@ func (r *runner) directProbes() []probe {
 		}
 		add(p)
 	}
+	if c.Vsock {
+		add(probe{id: "vsock/host", route: "AF_VSOCK (not IP: no wall sees it)", target: "CID 2 (the hypervisor's host)", expected: "no vsock socket", direct: true,
+			run: func(ctx context.Context) outcome { return r.vsock(ctx) }})
+	}
+	for _, path := range c.HostSockets {
+		add(probe{id: "host-socket/" + path, route: "unix socket", target: path, expected: "no daemon outside the sandbox", direct: true,
+			run: func(ctx context.Context) outcome { return r.hostSocket(ctx, path) }})
+	}
 	for _, a := range c.Metadata {
 		ap := netip.AddrPortFrom(a, 80)
 		add(probe{id: "metadata-direct/" + ap.String(), route: "direct tcp to metadata", target: ap.String(), expected: expNoConn, direct: true,

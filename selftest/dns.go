@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -70,34 +71,72 @@ func (r *runner) dnsDirect(ctx context.Context, network string, ap netip.AddrPor
 	if d, ok := ctx.Deadline(); ok {
 		c.SetDeadline(d)
 	}
-	if rc, err := exchangeTCP(c, q); err == nil {
-		res = "answered " + dns.RcodeToString[rc]
+	if m, err := exchangeTCP(c, q); err == nil {
+		res = "answered " + dns.RcodeToString[m.Rcode]
 	}
 	return leak(res, fmt.Sprintf("a direct TCP connection to the resolver %s succeeded: DNS over TCP gets out", ap))
 }
 
-// exchangeTCP sends one length-prefixed query and returns the answer's
-// rcode.
-func exchangeTCP(c io.ReadWriter, q []byte) (int, error) {
+// exchangeTCP sends one length-prefixed query and returns the answer.
+func exchangeTCP(c io.ReadWriter, q []byte) (*dns.Msg, error) {
 	b := make([]byte, 2+len(q))
 	binary.BigEndian.PutUint16(b, uint16(len(q)))
 	copy(b[2:], q)
 	if _, err := c.Write(b); err != nil {
-		return 0, err
+		return nil, err
 	}
 	var l [2]byte
 	if _, err := io.ReadFull(c, l[:]); err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp := make([]byte, binary.BigEndian.Uint16(l[:]))
 	if _, err := io.ReadFull(c, resp); err != nil {
-		return 0, err
+		return nil, err
 	}
-	var m dns.Msg
+	m := new(dns.Msg)
 	if err := m.Unpack(resp); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return m.Rcode, nil
+	return m, nil
+}
+
+// askResolver puts q to the sandbox resolver: over TCP with
+// Config.ResolverTCP, else over UDP (resent until the context ends).
+func (r *runner) askResolver(ctx context.Context, q []byte) (*dns.Msg, error) {
+	if r.c.ResolverTCP {
+		c, err := r.c.ResolverDial(ctx, "tcp", r.c.DNS.String())
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+		defer stop()
+		m, err := exchangeTCP(c, q)
+		if err != nil {
+			return nil, ctxErr(ctx, err)
+		}
+		if m.Id != binary.BigEndian.Uint16(q) || !m.Response {
+			return nil, errors.New("the reply does not answer the query")
+		}
+		return m, nil
+	}
+	var reply []byte
+	accept := replyTo(q)
+	_, err := exchangeUDP(ctx, r.c.ResolverDial, r.c.DNS, q, func(b []byte) bool {
+		if accept(b) {
+			reply = append([]byte(nil), b...)
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(reply); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // dnsCanary asks the sandbox's own resolver for the canary name. The
@@ -108,24 +147,12 @@ func (r *runner) dnsCanary(ctx context.Context) outcome {
 	if err != nil {
 		return errored("no query", err.Error())
 	}
-	var reply []byte
-	accept := replyTo(q)
-	_, err = exchangeUDP(ctx, r.c.ResolverDial, r.c.DNS, q, func(b []byte) bool {
-		if accept(b) {
-			reply = append([]byte(nil), b...)
-			return true
-		}
-		return false
-	})
+	m, err := r.askResolver(ctx, q)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return errored("no answer", fmt.Sprintf("the sandbox resolver %s did not answer within %v: the probe cannot tell", r.c.DNS, r.c.Timeout))
 		}
 		return errored("no answer", fmt.Sprintf("query to the sandbox resolver %s: %v", r.c.DNS, err))
-	}
-	var m dns.Msg
-	if err := m.Unpack(reply); err != nil {
-		return errored("bad answer", err.Error())
 	}
 	rc := dns.RcodeToString[m.Rcode]
 	switch m.Rcode {

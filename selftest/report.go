@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Status is the outcome of one probe.
@@ -230,4 +232,52 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	r.Results = j.Results
 	r.Credentials = j.Credentials
 	return nil
+}
+
+// maxReportText caps one text field of a report from elsewhere.
+const maxReportText = 1024
+
+// Clean makes a report that came from elsewhere (an in-sandbox probe's,
+// posted by the sandbox) safe to store and show: every text field loses
+// its control characters (terminal escapes, line breaks that would fake
+// report rows) and bidi controls (which reorder what a reader sees), each
+// replaced by U+FFFD, and is cut to maxReportText bytes. Statuses it
+// does not know become Error, so nothing reads as a pass it was not.
+func (r *Report) Clean() {
+	for i := range r.Results {
+		x := &r.Results[i]
+		for _, f := range []*string{&x.ID, &x.Route, &x.Target, &x.Expected, &x.Result, &x.Detail} {
+			*f = cleanText(*f)
+		}
+		switch x.Status {
+		case Pass, Leak, Failed, Error, NotRun:
+		default:
+			x.Status = Error
+		}
+		x.Leak = x.Status == Leak || x.Status == Failed
+	}
+	for i := range r.Credentials {
+		c := &r.Credentials[i]
+		for _, f := range []*string{&c.Kind, &c.Name, &c.Location} {
+			*f = cleanText(*f)
+		}
+	}
+}
+
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+	if len(s) <= maxReportText {
+		return s
+	}
+	cut := maxReportText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

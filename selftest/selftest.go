@@ -157,12 +157,24 @@ type Config struct {
 	ProxyDial DialFunc
 	// ResolverDial reaches the sandbox resolver (DNS); nil means Dial.
 	ResolverDial DialFunc
+	// ResolverTCP asks the sandbox resolver over TCP rather than UDP:
+	// egressd's own self-test, whose resolver lets only TCP probes past its
+	// readiness gate (a UDP source address can be spoofed).
+	ResolverTCP bool
 	// LogDial fetches CanaryLog; nil means a plain net.Dialer in the
 	// caller's namespace.
 	LogDial DialFunc
 	// ListenICMP opens an ICMP socket ("ip4:icmp" or "ip6:ipv6-icmp")
 	// inside the probe namespace; nil reports the ICMP probes as not run.
 	ListenICMP func(network string) (net.PacketConn, error)
+	// HostSockets are unix socket paths of host daemons to try (see
+	// HostSocketPaths): only where the probes run in the sandbox's own file
+	// system view (`egressd probe` inside the sandbox), not from egressd's.
+	HostSockets []string
+	// Vsock adds the vsock probe: whether an AF_VSOCK socket opens on a
+	// virtual machine (only where the probes run as the sandbox does:
+	// `egressd probe`; egressd's own process is no sandbox).
+	Vsock bool
 	// SkipDirect, if set, reports every direct-route probe as not run with
 	// this reason (for example "needs root"), and runs only the probes
 	// through the proxy and the resolver.

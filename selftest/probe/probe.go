@@ -125,6 +125,8 @@ func Run(ctx context.Context, p *Plan, o Options) (*selftest.Report, error) {
 	c.Dial = o.dial()
 	c.Proxy, c.DNS = o.Proxy, o.DNS
 	c.UserAgent = p.UserAgent()
+	c.HostSockets = selftest.HostSocketPaths() // here, the probes see the sandbox's files
+	c.Vsock = true                             // and run as the sandbox does
 	listen := o.ListenICMP
 	if listen == nil {
 		listen = func(network string) (net.PacketConn, error) { return net.ListenPacket(network, "") }
