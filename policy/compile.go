@@ -384,7 +384,7 @@ func (c *compiler) uniqueNames(rules []rawRule) {
 	}
 }
 
-// field names an entry of a list ("allow[0].hosts[7]"; index -1: the
+// fieldRef names an entry of a list ("allow[0].hosts[7]"; index -1: the
 // list's own name), spelled out only for an error: a million-host list
 // would otherwise format a million names it never shows.
 type fieldRef struct {
@@ -589,11 +589,13 @@ func (c *compiler) portRange(v at[string], field string) (portRange, bool) {
 	return portRange{uint16(a), uint16(b)}, true
 }
 
-// index builds the host lookup tables from the compiled rules. Every
-// rule's names move into one arena, which the rules' host lists and both
-// tables refer into: each name is stored once (a million names were
-// stored twice, 22 MiB of the 84 a 1M-host policy kept), and the tables
-// are built from the arena's bytes with one probe per name.
+// index builds the host lookup tables from the compiled rules. The rules'
+// host lists filled one arena (compiler.names), which both tables refer
+// into: each name is stored once (a million names were stored twice, 22
+// MiB of the 84 a 1M-host policy kept), and the tables are built from the
+// arena's bytes with one probe per name. A list that could not fill it in
+// place, or an arena mostly left empty (hosts files of comments), is
+// copied into one its names' size.
 func (c *compiler) index(p *Policy) {
 	arena, shared := c.names, true
 	starts := make([]uint32, len(p.Rules))

@@ -223,8 +223,7 @@ func (l *HostList) grow(n, nbytes int) {
 
 // trim gives back the room grow reserved for ends and the list did not
 // use (a hosts file of mostly comments), when it is more than a quarter
-// (the names move into the policy's arena, exactly sized, when it is
-// indexed).
+// (the names' room is the policy's arena, which index trims).
 func (l *HostList) trim() {
 	if cap(l.ends)-len(l.ends) > len(l.ends)/4+1024 {
 		l.ends = slices.Clone(l.ends)
