@@ -26,6 +26,10 @@ import (
 type compiler struct {
 	file string
 	errs ConfigErrors
+	// names holds every rule's host names back to back, sized up front
+	// (namesSize) so that the rules' lists fill it in place and index
+	// shares it rather than copies it
+	names []byte
 }
 
 func (c *compiler) errf(line int, field, format string, args ...any) {
@@ -89,6 +93,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 		}
 	}
 	p.UpstreamCA = raw.UpstreamCA.V
+	c.names = make([]byte, 0, c.namesSize(raw.Allow))
 	for i := range raw.Allow {
 		if r := c.rule(&raw.Allow[i], i); r != nil {
 			p.Rules = append(p.Rules, r)
@@ -186,6 +191,8 @@ func (c *compiler) rule(rr *rawRule, i int) *Rule {
 		r.Name = fmt.Sprintf("allow-%d", i)
 	}
 	line := firstLine(rr)
+	defer c.keepNames(r)
+	r.Hosts.names = c.names[len(c.names):len(c.names)] // filled in place while the room lasts
 	if len(rr.Hosts) == 0 && len(rr.CIDRs) == 0 && len(rr.HostsFiles) == 0 {
 		c.errf(line, f, "rule %q names no hosts and no cidrs: it would match nothing", r.Name)
 	}
@@ -227,8 +234,14 @@ func (c *compiler) ruleUpgrade(r *Rule, rr *rawRule, f string) {
 // ruleTargets compiles what a rule matches: hosts, host lists, cidrs and
 // ports.
 func (c *compiler) ruleTargets(r *Rule, rr *rawRule, f string) {
+	nbytes := 0
+	for _, h := range rr.Hosts {
+		nbytes += len(h.V)
+	}
+	r.Hosts.grow(len(rr.Hosts), nbytes)
+	r.inlineHosts = len(rr.Hosts)
 	for j, h := range rr.Hosts {
-		if pat, ok := c.hostPattern(h, fmt.Sprintf("%s.hosts[%d]", f, j), true); ok && !r.Hosts.add(pat) {
+		if pat, ok := c.hostPattern(h, fieldRef{f + ".hosts", j}, true); ok && !r.Hosts.add(pat) {
 			c.errf(h.Line, fmt.Sprintf("%s.hosts[%d]", f, j), "rule %q holds more than 4 GiB of host names", r.Name)
 		}
 	}
@@ -316,6 +329,34 @@ func (c *compiler) ruleMirror(r *Rule, rr *rawRule, f string) {
 	}
 }
 
+// namesSize is room for every rule's host names: the inline ones, and the
+// size of each hosts file (more than its names: newlines and comments are
+// not kept).
+func (c *compiler) namesSize(rules []rawRule) int {
+	n := 0
+	for i := range rules {
+		for _, h := range rules[i].Hosts {
+			n += len(h.V)
+		}
+		for _, v := range rules[i].HostsFiles {
+			if st, err := os.Stat(c.relative(v.V)); err == nil && st.Mode().IsRegular() {
+				n += int(min(st.Size(), maxArena))
+			}
+		}
+	}
+	return min(n, maxArena)
+}
+
+// keepNames moves c.names past rule r's names if r's list filled it in
+// place (it did not outgrow the room: a hosts file that grew while it was
+// read); if not, index copies every rule's names into one arena.
+func (c *compiler) keepNames(r *Rule) {
+	n := len(r.Hosts.names)
+	if n > 0 && cap(c.names)-len(c.names) >= n && &r.Hosts.names[0] == &c.names[len(c.names) : len(c.names)+1][0] {
+		c.names = c.names[:len(c.names)+n]
+	}
+}
+
 func firstLine(rr *rawRule) int {
 	for _, l := range []int{rr.Name.Line, rr.Mirror.Line} {
 		if l > 0 {
@@ -343,12 +384,27 @@ func (c *compiler) uniqueNames(rules []rawRule) {
 	}
 }
 
+// fieldRef names an entry of a list ("allow[0].hosts[7]"; index -1: the
+// list's own name), spelled out only for an error: a million-host list
+// would otherwise format a million names it never shows.
+type fieldRef struct {
+	list  string
+	index int
+}
+
+func (f fieldRef) String() string {
+	if f.index < 0 {
+		return f.list
+	}
+	return f.list + "[" + strconv.Itoa(f.index) + "]"
+}
+
 // hostPattern validates an exact name, "*.suffix" or (when star is true) "*".
-func (c *compiler) hostPattern(v at[string], field string, star bool) (string, bool) {
+func (c *compiler) hostPattern(v at[string], fld fieldRef, star bool) (string, bool) {
 	s := v.V
 	if s == "*" {
 		if !star {
-			c.errf(v.Line, field, "\"*\" is not allowed here")
+			c.errf(v.Line, fld.String(), "\"*\" is not allowed here")
 			return "", false
 		}
 		return s, true
@@ -357,28 +413,28 @@ func (c *compiler) hostPattern(v at[string], field string, star bool) (string, b
 	// the URL parse: it cost a million-host list a second)
 	if strings.ContainsRune(s, ':') {
 		if hint := hostHint(s); hint != "" {
-			c.errf(v.Line, field, "%q: %s", s, hint)
+			c.errf(v.Line, fld.String(), "%q: %s", s, hint)
 			return "", false
 		}
 	}
 	wild := strings.HasPrefix(s, "*.")
 	name := strings.TrimPrefix(s, "*.")
 	if strings.Contains(name, "*") {
-		c.errf(v.Line, field, "%q: a wildcard is allowed only as the whole first label (\"*.example.com\")", s)
+		c.errf(v.Line, fld.String(), "%q: a wildcard is allowed only as the whole first label (\"*.example.com\")", s)
 		return "", false
 	}
 	n, a, err := NormalizeHost(name)
 	if err != nil {
-		c.errf(v.Line, field, "%q: %v", s, trimBadTarget(err))
+		c.errf(v.Line, fld.String(), "%q: %v", s, trimBadTarget(err))
 		return "", false
 	}
 	if a.IsValid() {
-		c.errf(v.Line, field, "%q is an address: put addresses in cidrs (e.g. %s)", s, netip.PrefixFrom(a, a.BitLen()))
+		c.errf(v.Line, fld.String(), "%q is an address: put addresses in cidrs (e.g. %s)", s, netip.PrefixFrom(a, a.BitLen()))
 		return "", false
 	}
 	if wild {
 		if _, err := publicsuffix.EffectiveTLDPlusOne(n); err != nil || !strings.Contains(n, ".") {
-			c.errf(v.Line, field, "%q: a wildcard must cover a whole label under a registrable domain (e.g. \"*.example.com\")", s)
+			c.errf(v.Line, fld.String(), "%q: a wildcard must cover a whole label under a registrable domain (e.g. \"*.example.com\")", s)
 			return "", false
 		}
 		return "*." + n, true
@@ -423,12 +479,25 @@ func (c *compiler) hostsFile(r *Rule, v at[string], field string) {
 		return
 	}
 	defer f.Close()
+	// Size the rule's list for the whole file first (a pass over bytes
+	// the page cache holds): grown name by name, a million names were
+	// copied again and again, five times their size in garbage.
+	lines, size, err := countLines(f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		c.errf(v.Line, field, "read %s: %v", path, err)
+		return
+	}
+	r.Hosts.grow(lines, size)
+	defer r.Hosts.trim()
 	lc := &compiler{file: path}
 	br := bufio.NewReaderSize(f, 1<<20)
 	for n := 1; len(lc.errs) < maxListErrors; n++ {
 		b, err := br.ReadSlice('\n')
 		if s := strings.TrimSpace(string(b)); s != "" && s[0] != '#' {
-			if pat, ok := lc.hostPattern(at[string]{V: s, Line: n}, "hosts", false); ok && !r.Hosts.add(pat) {
+			if pat, ok := lc.hostPattern(at[string]{V: s, Line: n}, fieldRef{"hosts", -1}, false); ok && !r.Hosts.add(pat) {
 				lc.errf(n, "hosts", "rule %q holds more than 4 GiB of host names", r.Name)
 			}
 		}
@@ -444,6 +513,30 @@ func (c *compiler) hostsFile(r *Rule, v at[string], field string) {
 		}
 	}
 	c.errs = append(c.errs, lc.errs...)
+}
+
+// countLines returns how many lines r holds (a last line without a
+// newline counts) and its size in bytes.
+func countLines(r io.Reader) (lines, size int, err error) {
+	buf := make([]byte, 256<<10)
+	last := byte('\n')
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			lines += bytes.Count(buf[:n], []byte{'\n'})
+			size += n
+			last = buf[n-1]
+		}
+		if err == io.EOF {
+			if last != '\n' {
+				lines++
+			}
+			return lines, size, nil
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
 }
 
 // relative resolves a file named in the config against the config's
@@ -496,60 +589,98 @@ func (c *compiler) portRange(v at[string], field string) (portRange, bool) {
 	return portRange{uint16(a), uint16(b)}, true
 }
 
-// index builds the host lookup tables from the compiled rules.
+// index builds the host lookup tables from the compiled rules. The rules'
+// host lists filled one arena (compiler.names), which both tables refer
+// into: each name is stored once (a million names were stored twice, 22
+// MiB of the 84 a 1M-host policy kept), and the tables are built from the
+// arena's bytes with one probe per name. A list that could not fill it in
+// place, or an arena mostly left empty (hosts files of comments), is
+// copied into one its names' size.
 func (c *compiler) index(p *Policy) {
-	full := false
-	add := func(x *hostIndex, key string, idx int32) {
-		old, ok := x.get(key)
-		switch {
-		case !ok:
-			full = full || !x.set(key, idx)
-		case old >= 0:
-			if old == idx {
-				return
-			}
-			p.multi = append(p.multi, []int32{old, idx})
-			x.set(key, -int32(len(p.multi)))
-		default:
-			l := p.multi[-old-1]
-			if l[len(l)-1] != idx {
-				p.multi[-old-1] = append(l, idx)
+	arena, shared := c.names, true
+	starts := make([]uint32, len(p.Rules))
+	total := 0
+	var exact, suffix int
+	for i, r := range p.Rules {
+		n := len(r.Hosts.names)
+		if n > 0 && (total+n > len(arena) || &r.Hosts.names[0] != &arena[total]) {
+			shared = false
+		}
+		starts[i] = uint32(min(total, maxArena))
+		total += n
+		for j := range r.Hosts.Len() {
+			switch h := r.Hosts.bytesAt(j); {
+			case bytes.HasPrefix(h, []byte("*.")):
+				suffix++
+			case string(h) != "*":
+				exact++
 			}
 		}
 	}
-	var exact, suffix [2]int // names, bytes
-	for _, r := range p.Rules {
-		for i := range r.Hosts.Len() {
-			h := r.Hosts.bytesAt(i)
-			if s, ok := bytes.CutPrefix(h, []byte("*.")); ok {
-				suffix[0], suffix[1] = suffix[0]+1, suffix[1]+len(s)
-			} else if string(h) != "*" {
-				exact[0], exact[1] = exact[0]+1, exact[1]+len(h)
-			}
+	if total > maxArena {
+		c.errf(1, "allow", "more than 4 GiB of host names: split the policy")
+		return
+	}
+	if !shared || total != len(arena) || cap(arena)-len(arena) > len(arena)/4+4096 {
+		// not filled in place, or mostly room left unused (comments): copy
+		arena = make([]byte, 0, total)
+		for _, r := range p.Rules {
+			arena = append(arena, r.Hosts.names...)
 		}
 	}
-	p.exact.reserve(exact[0], exact[1])
-	p.suffix.reserve(suffix[0], suffix[1])
+	arena = arena[:len(arena):len(arena)] // full: an append copies
+	for i, r := range p.Rules {
+		r.Hosts.names = arena[starts[i] : int(starts[i])+len(r.Hosts.names) : int(starts[i])+len(r.Hosts.names)]
+	}
+	p.exact.share(arena, exact)
+	p.suffix.share(arena, suffix)
+	exactRefs := make([]hostRef, 0, exact)
+	suffixRefs := make([]hostRef, 0, suffix)
 	for i, r := range p.Rules {
 		idx := int32(i)
-		for h := range r.Hosts.All() {
-			switch {
-			case h == "*":
+		off := starts[i]
+		for j := range r.Hosts.Len() {
+			h := r.Hosts.bytesAt(j)
+			n := uint32(len(h))
+			switch s, wild := bytes.CutPrefix(h, []byte("*.")); {
+			case string(h) == "*":
 				p.star = append(p.star, idx)
-			case strings.HasPrefix(h, "*."):
-				s := h[2:]
-				add(&p.suffix, s, idx)
-				p.maxDepth = max(p.maxDepth, strings.Count(s, ".")+1)
+			case wild:
+				suffixRefs = append(suffixRefs, hostRef{p.suffix.hashBytes(s), off + 2, n - 2, idx})
+				p.maxDepth = max(p.maxDepth, bytes.Count(s, []byte("."))+1)
 			default:
-				add(&p.exact, h, idx)
+				exactRefs = append(exactRefs, hostRef{p.exact.hashBytes(h), off, n, idx})
 			}
+			off += n
 		}
 		if len(r.CIDRs) > 0 {
 			p.cidrRule = append(p.cidrRule, idx)
 		}
 	}
-	if full {
-		c.errf(1, "allow", "more than 4 GiB of host names: split the policy")
+	// one table after the other: the exact names' refs are garbage while
+	// the wildcards fill theirs
+	fillTable(p, &p.exact, exactRefs)
+	fillTable(p, &p.suffix, suffixRefs)
+}
+
+// fillTable adds refs to the table x of p, in slot order.
+func fillTable(p *Policy, x *hostIndex, refs []hostRef) {
+	for _, ref := range x.slotOrder(refs) {
+		switch v, added := x.putShared(ref.off, ref.n, ref.h); {
+		case added:
+			*v = ref.rule
+		case *v >= 0:
+			if *v == ref.rule {
+				continue
+			}
+			p.multi = append(p.multi, []int32{*v, ref.rule})
+			*v = -int32(len(p.multi))
+		default:
+			l := p.multi[-*v-1]
+			if l[len(l)-1] != ref.rule {
+				p.multi[-*v-1] = append(l, ref.rule)
+			}
+		}
 	}
 }
 
@@ -562,7 +693,7 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 		p.denySuffix.set(n, 0)
 	}
 	for j, h := range d.Hosts {
-		pat, ok := c.hostPattern(h, fmt.Sprintf("deny.hosts[%d]", j), false)
+		pat, ok := c.hostPattern(h, fieldRef{"deny.hosts", j}, false)
 		if !ok {
 			continue
 		}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -24,6 +25,12 @@ type at[T any] struct {
 
 func (a *at[T]) UnmarshalYAML(n *yaml.Node) error {
 	a.Line = n.Line
+	// A string scalar into a string is its value (what n.Decode does): a
+	// million-host list skips a million decoders (each with a map).
+	if s, ok := any(&a.V).(*string); ok && n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		*s = n.Value
+		return nil
+	}
 	return n.Decode(&a.V)
 }
 
@@ -182,18 +189,40 @@ func (es ConfigErrors) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// Load reads and compiles the config file at path.
+// Load reads and compiles the config file at path. A regular file is
+// decoded as it is read, not held whole beside the parser's nodes (a
+// million hosts inline are 35 MB of text); only a config with errors is
+// read again, to name the fields they are in.
 func Load(path string) (*Policy, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open config: %w", err)
 	}
 	defer f.Close()
-	return Parse(f, path)
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return Parse(f, path) // a pipe cannot be read again for the error
+	}
+	if st.Size() > maxConfigBytes {
+		return nil, tooLarge(path)
+	}
+	lr := &io.LimitedReader{R: f, N: maxConfigBytes + 1}
+	p, err := parse(bufio.NewReaderSize(lr, 64<<10), path, func() []byte {
+		b, _ := os.ReadFile(path)
+		return b
+	})
+	if lr.N <= 0 { // a pipe or a file that grew while it was read
+		return nil, tooLarge(path)
+	}
+	return p, err
 }
 
 // maxConfigBytes bounds what Parse reads: a million-host policy is ~30 MB.
 const maxConfigBytes = 256 << 20
+
+func tooLarge(name string) error {
+	return ConfigErrors{{File: name, Msg: fmt.Sprintf("config larger than %d bytes", maxConfigBytes)}}
+}
 
 // Parse decodes a version-1 config strictly (unknown keys, a missing version
 // and trailing documents are errors) and compiles it into an immutable
@@ -204,10 +233,16 @@ func Parse(r io.Reader, name string) (*Policy, error) {
 		return nil, fmt.Errorf("read config %s: %w", name, err)
 	}
 	if len(data) > maxConfigBytes {
-		return nil, ConfigErrors{{File: name, Msg: fmt.Sprintf("config larger than %d bytes", maxConfigBytes)}}
+		return nil, tooLarge(name)
 	}
+	return parse(bytes.NewReader(data), name, func() []byte { return data })
+}
+
+// parse decodes the config r holds; text returns the whole of it again,
+// only for an error message.
+func parse(r io.Reader, name string, text func() []byte) (*Policy, error) {
 	var raw rawConfig
-	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
 	c := compiler{file: name}
 	if err := dec.Decode(&raw); err != nil {
@@ -216,11 +251,11 @@ func Parse(r io.Reader, name string) (*Policy, error) {
 		}
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return nil, yamlErrors(name, data, err)
+			return nil, yamlErrors(name, text(), err)
 		}
 		// A type error still decodes the rest: report it and keep checking,
 		// so one run shows every problem.
-		c.errs = yamlErrors(name, data, err)
+		c.errs = yamlErrors(name, text(), err)
 	} else {
 		var extra yaml.Node
 		if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

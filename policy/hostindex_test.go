@@ -119,3 +119,88 @@ func BenchmarkHostIndexGet(b *testing.B) {
 		}
 	})
 }
+
+// TestSharedArenaIndex: the rules' lists and both tables share one arena;
+// a name several rules list (exact, wildcard, both, repeated in one rule)
+// must still map to every rule naming it, in order, and each rule's list
+// must read back as written: for a few names, and for enough that the
+// table is filled in slot order.
+func TestSharedArenaIndex(t *testing.T) {
+	checkIndex(t, [][]string{
+		{"a.example.com", "*.example.com", "a.example.com", "b.example.org"},
+		{"*.example.com", "c.example.net"},
+		{"b.example.org", "a.example.com", "*", "*.example.com"},
+		{"example.com"},
+	})
+	big := make([][]string, 4)
+	for i := range 6000 {
+		h := fmt.Sprintf("h%d.example.com", i)
+		if i%3 == 0 {
+			h = "*." + h
+		}
+		big[0] = append(big[0], h)
+		if i >= 3000 {
+			big[1] = append(big[1], h)
+		}
+		if i%7 == 0 {
+			big[2] = append(big[2], h, h)
+		}
+		big[3] = append(big[3], fmt.Sprintf("x%d.example.org", i))
+	}
+	checkIndex(t, big)
+}
+
+func checkIndex(t *testing.T, rules [][]string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("version: 1\nallow:\n")
+	for i, hs := range rules {
+		fmt.Fprintf(&b, "  - name: r%d\n    pages: [\"*\"]\n    hosts: [%q", i, hs[0])
+		for _, h := range hs[1:] {
+			fmt.Fprintf(&b, ", %q", h)
+		}
+		b.WriteString("]\n")
+	}
+	p, err := Parse(strings.NewReader(b.String()), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[[2]string][]int32{} // (table, key) → rules in order, once each
+	for i, hs := range rules {
+		if got := p.Rules[i].Hosts.Strings(); !slices.Equal(got, hs) {
+			t.Errorf("rule %d hosts %q, want %q", i, got, hs)
+		}
+		for _, h := range hs {
+			k := [2]string{"exact", h}
+			if s, ok := strings.CutPrefix(h, "*."); ok {
+				k = [2]string{"suffix", s}
+			} else if h == "*" {
+				continue
+			}
+			if l := want[k]; len(l) == 0 || l[len(l)-1] != int32(i) {
+				want[k] = append(l, int32(i))
+			}
+		}
+	}
+	for k, rs := range want {
+		x := &p.exact
+		if k[0] == "suffix" {
+			x = &p.suffix
+		}
+		v, ok := x.get(k[1])
+		var got []int32
+		switch {
+		case !ok:
+		case v >= 0:
+			got = []int32{v}
+		default:
+			got = p.multi[-v-1]
+		}
+		if !slices.Equal(got, rs) {
+			t.Errorf("%s %q: rules %v, want %v", k[0], k[1], got, rs)
+		}
+	}
+	if p.exact.Len()+p.suffix.Len() != len(want) {
+		t.Errorf("%d names indexed, want %d", p.exact.Len()+p.suffix.Len(), len(want))
+	}
+}

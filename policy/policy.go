@@ -202,6 +202,8 @@ type Rule struct {
 	// Inject is the credential egressd adds to requests under this rule;
 	// nil: none. A rule with Inject is never host-only: it is inspected.
 	Inject *Inject
+
+	inlineHosts int // hosts written in the YAML, not in hosts_files (Warnings)
 }
 
 type portRange struct{ lo, hi uint16 }
