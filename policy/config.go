@@ -206,6 +206,21 @@ func Load(path string) (*Policy, error) {
 	if st.Size() > maxConfigBytes {
 		return nil, tooLarge(path)
 	}
+	if st.Size() >= cutMinBytes { // long inline host lists: see hostruns.go
+		buf := bytes.NewBuffer(make([]byte, 0, st.Size()+bytes.MinRead))
+		if _, err := buf.ReadFrom(io.LimitReader(f, maxConfigBytes+1)); err != nil {
+			return nil, fmt.Errorf("read config %s: %w", path, err)
+		}
+		if buf.Len() > maxConfigBytes {
+			return nil, tooLarge(path)
+		}
+		if raw, err := decodeCut(buf.Bytes(), minHostRun); err == nil {
+			return compileRaw(raw, &compiler{file: path})
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return nil, fmt.Errorf("read config %s: %w", path, err)
+		}
+	}
 	lr := &io.LimitedReader{R: f, N: maxConfigBytes + 1}
 	p, err := parse(bufio.NewReaderSize(lr, 64<<10), path, func() []byte {
 		b, _ := os.ReadFile(path)
@@ -235,8 +250,14 @@ func Parse(r io.Reader, name string) (*Policy, error) {
 	if len(data) > maxConfigBytes {
 		return nil, tooLarge(name)
 	}
+	if raw, err := decodeCut(data, minHostRun); err == nil {
+		return compileRaw(raw, &compiler{file: name})
+	}
 	return parse(bytes.NewReader(data), name, func() []byte { return data })
 }
+
+// cutMinBytes: a config this small holds no host list worth cutting.
+const cutMinBytes = 64 << 10
 
 // parse decodes the config r holds; text returns the whole of it again,
 // only for an error message.
@@ -262,7 +283,13 @@ func parse(r io.Reader, name string, text func() []byte) (*Policy, error) {
 			return nil, ConfigErrors{{File: name, Line: extra.Line, Msg: "more than one YAML document: a config is one document"}}
 		}
 	}
-	p := c.compile(&raw)
+	return compileRaw(&raw, &c)
+}
+
+// compileRaw compiles a decoded config; errors (c's and the compiler's)
+// come sorted by line.
+func compileRaw(raw *rawConfig, c *compiler) (*Policy, error) {
+	p := c.compile(raw)
 	if len(c.errs) > 0 {
 		slices.SortStableFunc(c.errs, func(a, b *ConfigError) int { return a.Line - b.Line })
 		return nil, c.errs

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -46,27 +47,31 @@ func cutHostRuns(data []byte, nonce string, minRun int) ([]byte, []hostRun) {
 	var (
 		out     []byte
 		runs    []hostRun
-		text    string // data as a string, made once: the hosts are slices of it
+		text    = unsafe.String(unsafe.SliceData(data), len(data)) // the hosts are slices of it: data must not change
 		lineNo  = 1
 		runFrom = -1 // offset of the current run's first line
 		runInd  = -1
 		runLine int
-		run     []at[string]
+		hosts   []at[string] // every run's entries, back to back; the runs are slices of it
+		run     int          // where the current run starts in hosts
 	)
 	flush := func(end int) {
-		if len(run) >= minRun {
+		if n := len(hosts) - run; n >= minRun {
 			if out == nil {
 				out = make([]byte, 0, len(data)/4)
 				out = append(out, data[:runFrom]...)
 			}
 			ph := "egressd-hosts-" + nonce + "-" + strconv.Itoa(len(runs))
 			out = append(out, strings.Repeat(" ", runInd)+"- "+ph+"\n"...)
-			out = append(out, strings.Repeat("\n", len(run)-1)...)
-			runs = append(runs, hostRun{placeholder: ph, line: runLine, hosts: run})
-		} else if out != nil {
-			out = append(out, data[runFrom:end]...)
+			out = append(out, strings.Repeat("\n", n-1)...)
+			runs = append(runs, hostRun{placeholder: ph, line: runLine, hosts: hosts[run:len(hosts):len(hosts)]})
+		} else {
+			if out != nil {
+				out = append(out, data[runFrom:end]...)
+			}
+			hosts = hosts[:run]
 		}
-		run, runFrom, runInd = nil, -1, -1
+		run, runFrom, runInd = len(hosts), -1, -1
 	}
 	for off := 0; off < len(data); lineNo++ {
 		end := bytes.IndexByte(data[off:], '\n')
@@ -76,22 +81,22 @@ func cutHostRuns(data []byte, nonce string, minRun int) ([]byte, []hostRun) {
 		}
 		line := data[off:next]
 		ind, v0, v1, ok := hostRunLine(line)
-		if ok && (runFrom < 0 || ind == runInd) {
+		if ok && runFrom >= 0 && ind != runInd { // a run at another indentation starts here
+			flush(off)
+		}
+		if ok {
 			if runFrom < 0 {
 				runFrom, runInd, runLine = off, ind, lineNo
+				if hosts == nil { // room for a host a line, in one allocation
+					hosts = make([]at[string], 0, bytes.Count(data, []byte{'\n'})+1)
+				}
 			}
-			if text == "" {
-				text = string(data)
-			}
-			run = append(run, at[string]{V: text[off+v0 : off+v1], Line: lineNo})
+			hosts = append(hosts, at[string]{V: text[off+v0 : off+v1], Line: lineNo})
 		} else {
 			if runFrom >= 0 {
 				flush(off)
 			}
-			if ok { // a run at another indentation starts here
-				runFrom, runInd, runLine = off, ind, lineNo
-				run = append(run, at[string]{V: text[off+v0 : off+v1], Line: lineNo})
-			} else if out != nil {
+			if out != nil {
 				out = append(out, line...)
 			}
 		}
@@ -188,6 +193,10 @@ func decodeCut(data []byte, minRun int) (*rawConfig, error) {
 	}
 	used := 0
 	expand := func(list []at[string]) []at[string] {
+		if r := byName[list0(list)]; len(list) == 1 && r != nil && list[0].Line == r.line {
+			used++
+			return r.hosts // the whole list was the run: no copy
+		}
 		var out []at[string]
 		for j, h := range list {
 			r := byName[h.V]
@@ -242,4 +251,11 @@ func countStrings(v reflect.Value, placeholders map[string]*hostRun) int {
 		}
 	}
 	return n
+}
+
+func list0(list []at[string]) string {
+	if len(list) == 0 {
+		return ""
+	}
+	return list[0].V
 }
