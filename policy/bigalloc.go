@@ -4,13 +4,20 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
 	"unsafe"
 )
 
 // bigAlloc hands out the large arrays of one DomainSet: mappings outside
 // the Go heap where the platform gives them (mapBytes), heap slices
 // otherwise. The mappings live as long as the set does.
-type bigAlloc struct{ maps [][]byte }
+type bigAlloc struct {
+	maps [][]byte
+	// warming: prefaults still running. A mapping is not given back under
+	// one: the address range could be mapped again for something else,
+	// which the prefault would then fault in.
+	warming sync.WaitGroup
+}
 
 // bytes returns n zero bytes; warm ones are faulted in on another thread
 // (prefault) for a caller about to fill them.
@@ -18,7 +25,7 @@ func (a *bigAlloc) bytes(n int, warm bool) []byte {
 	if m, ok := mapBytes(n); ok {
 		a.maps = append(a.maps, m)
 		if warm {
-			prefault(m)
+			a.warming.Go(func() { prefault(m) })
 		}
 		return m
 	}
@@ -29,7 +36,7 @@ func (a *bigAlloc) uint64s(n int, warm bool) []uint64 {
 	if m, ok := mapBytes(n * 8); ok { // page-aligned, so aligned for uint64
 		a.maps = append(a.maps, m)
 		if warm {
-			prefault(m)
+			a.warming.Go(func() { prefault(m) })
 		}
 		return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(m))), n)
 	}
@@ -51,7 +58,7 @@ func (a *bigAlloc) uint32s(n int, warm bool) []uint32 {
 	if m, ok := mapBytes(n * 4); ok {
 		a.maps = append(a.maps, m)
 		if warm {
-			prefault(m)
+			a.warming.Go(func() { prefault(m) })
 		}
 		return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(m))), n)
 	}
@@ -61,12 +68,18 @@ func (a *bigAlloc) uint32s(n int, warm bool) []uint32 {
 // trim gives back the pages of x's mapping past len(x), if x is one:
 // x's capacity must not be used afterwards.
 func (a *bigAlloc) trim(x []uint64) {
-	p := unsafe.Pointer(unsafe.SliceData(x))
+	a.trimBytes(unsafe.Pointer(unsafe.SliceData(x)), len(x)*8)
+}
+
+// trimBytes gives back the pages past the first n bytes of the mapping
+// at p, if p is one.
+func (a *bigAlloc) trimBytes(p unsafe.Pointer, n int) {
 	for i, m := range a.maps {
 		if unsafe.Pointer(unsafe.SliceData(m)) == p {
 			page := os.Getpagesize()
-			keep := (len(x)*8 + page - 1) / page * page
+			keep := (n + page - 1) / page * page
 			if keep < len(m) {
+				a.warming.Wait()
 				unmapBytes(m[keep:])
 				a.maps[i] = m[:keep]
 			}
@@ -81,11 +94,22 @@ func (a *bigAlloc) free(x []uint64) {
 	p := unsafe.Pointer(unsafe.SliceData(x))
 	for i, m := range a.maps {
 		if unsafe.Pointer(unsafe.SliceData(m)) == p {
+			a.warming.Wait()
 			unmapBytes(m)
 			a.maps = slices.Delete(a.maps, i, i+1)
 			return
 		}
 	}
+}
+
+// freeAll gives back every mapping at once: for a set that failed to
+// load, whose arrays nothing else holds.
+func (a *bigAlloc) freeAll() {
+	a.warming.Wait()
+	for _, m := range a.maps {
+		unmapBytes(m)
+	}
+	a.maps = nil
 }
 
 // freeWith unmaps what is left once s is unreachable. Every method that
@@ -94,6 +118,7 @@ func (a *bigAlloc) freeWith(s *DomainSet) {
 	if len(a.maps) == 0 {
 		return
 	}
+	a.warming.Wait()
 	runtime.AddCleanup(s, func(maps [][]byte) {
 		for _, m := range maps {
 			unmapBytes(m)

@@ -57,12 +57,13 @@ func fileStamp(fi os.FileInfo) (listStamp, bool) {
 	}, true
 }
 
-// prefault faults b's pages in on another thread, so that a loader filling
-// b front to back finds them there (the faults are the cost of first use
-// of memory, and a list's loader is one goroutine); a no-op where the
-// kernel lacks MADV_POPULATE_WRITE (before 5.14).
+// prefault faults b's pages in (on the caller's thread: bigAlloc runs it
+// on a goroutine of its own), so that a loader filling b front to back
+// finds them there (the faults are the cost of first use of memory, and a
+// list's loader is one goroutine); a no-op where the kernel lacks
+// MADV_POPULATE_WRITE (before 5.14).
 func prefault(b []byte) {
 	if len(b) >= hugeMapMin {
-		go unix.Madvise(b, unix.MADV_POPULATE_WRITE)
+		unix.Madvise(b, unix.MADV_POPULATE_WRITE)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"unsafe"
 )
 
 // DomainSet is a large, read-only set of domain names loaded from a list
@@ -136,7 +137,14 @@ func LoadDomainSet(path string) (*DomainSet, error) {
 func readDomainSet(r io.Reader, sizeHint int64) (*DomainSet, error) {
 	s := &DomainSet{seed: maphash.MakeSeed()}
 	var mem bigAlloc
-	defer mem.freeWith(s)
+	built := false
+	defer func() {
+		if built {
+			mem.freeWith(s)
+		} else { // nothing holds the arrays of a set that failed to load
+			mem.freeAll()
+		}
+	}()
 	var ents []uint64 // per name: its hash's top 32 bits, then its offset
 	if sizeHint > 0 && sizeHint <= maxSetArena {
 		s.arena = mem.bytes(int(sizeHint)+1, true)[:0]
@@ -172,8 +180,13 @@ func readDomainSet(r io.Reader, sizeHint int64) (*DomainSet, error) {
 			return nil, err
 		}
 	}
+	// The arena was sized by the file: what comments, prefixes and line
+	// ends took there is given back, not held while the set lives.
+	mem.trimBytes(unsafe.Pointer(unsafe.SliceData(s.arena)), len(s.arena))
+	s.arena = s.arena[:len(s.arena):len(s.arena)]
 	mem.trim(ents)
 	s.index(ents[:len(ents):len(ents)], &mem)
+	built = true
 	return s, nil
 }
 

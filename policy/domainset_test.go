@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -398,5 +400,141 @@ func waitFileClockPast(t *testing.T, dir string, fi os.FileInfo) {
 		if now, _ := fileStamp(sfi); now.ctime.After(st.ctime) {
 			return
 		}
+	}
+}
+
+// TestDomainSetKeepsOnlyItsNames: the arena is mapped (and faulted in) at
+// the file's size before the names are known; what the names do not use
+// (comment lines, "*." prefixes, CRLF line ends) is given back once the
+// list is read, not held as long as the set lives.
+func TestDomainSetKeepsOnlyItsNames(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("lists are mapped on Linux only")
+	}
+	var list strings.Builder
+	for i := 0; list.Len() < 8<<20; i++ {
+		if i%100 == 0 {
+			fmt.Fprintf(&list, "*.n%d.example.\r\n", i)
+		} else {
+			list.WriteString("# a line of a comment block, as list headers and sections have\r\n")
+		}
+	}
+	base := mappedBytes.Load()
+	s, err := readDomainSet(strings.NewReader(list.String()), int64(list.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Covers("a.n100.example") {
+		t.Fatal("a listed name is not covered")
+	}
+	if kept := mappedBytes.Load() - base; kept > 1<<20 {
+		t.Errorf("a list of %d names of %d bytes holds %d mapped bytes", s.Len(), list.Len(), kept)
+	}
+	runtime.KeepAlive(s)
+}
+
+// TestFailedListLoadGivesBackItsMemory: a list that fails to load (a bad
+// name on its last line) gives back the arrays mapped for it at once: a
+// reload retried against a bad list must not pile them up until a
+// collection happens to run (the heap barely grows, so that can be minutes).
+func TestFailedListLoadGivesBackItsMemory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("lists are mapped on Linux only")
+	}
+	path := filepath.Join(t.TempDir(), "bad.txt")
+	var list strings.Builder
+	for i := 0; list.Len() < 8<<20; i++ {
+		fmt.Fprintf(&list, "n%d.example\n", i)
+	}
+	list.WriteString("bad name\n")
+	if err := os.WriteFile(path, []byte(list.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := mappedBytes.Load()
+	for range 3 {
+		if _, err := LoadDomainSet(path); err == nil {
+			t.Fatal("a bad list loaded")
+		}
+		if held := mappedBytes.Load() - base; held != 0 {
+			t.Fatalf("a failed load still holds %d mapped bytes", held)
+		}
+	}
+}
+
+// TestDomainSetLookupsWhileReloadedAndCollected: lookups on lists in
+// mapped memory while lists are reloaded (read again, or shared through
+// the cache), dropped and collected, and their mappings given back: a
+// lookup on a set whose memory was unmapped under it would crash the test
+// binary, a wrong answer fails it. Run it under -race too.
+func TestDomainSetLookupsWhileReloadedAndCollected(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "list.txt")
+	const n = 250_000 // over 4 MiB: the arrays are mappings
+	writeList(t, path, n)
+	defer func(now func() time.Time) { listNow = now }(listNow)
+	listNow = func() time.Time { return time.Now().Add(time.Hour) } // shared while unchanged
+	first, err := LoadDomainSet(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur atomic.Pointer[DomainSet]
+	cur.Store(first)
+	first = nil
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for r := range 2 {
+		wg.Go(func() {
+			for i := r; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				k := i % n
+				listed := fmt.Sprintf("site%d.example", k)
+				if k%3 == 0 {
+					listed = fmt.Sprintf("cdn%d.site%d.example", k%7, k)
+				}
+				// The set is loaded for each lookup: nothing but Covers
+				// keeps it alive while it looks.
+				if !cur.Load().Covers(listed) || !cur.Load().Covers("a."+listed) || cur.Load().Covers(fmt.Sprintf("site%d.example", n+k)) {
+					errs <- fmt.Sprintf("wrong answer for %s", listed)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	})
+	for round := range 6 {
+		if round%2 == 1 { // a changed file is read again: a new set
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(f, "# round %d\n", round)
+			f.Close()
+		}
+		s, err := LoadDomainSet(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Store(s)
+	}
+	close(done)
+	wg.Wait()
+	select {
+	case e := <-errs:
+		t.Fatal(e)
+	default:
 	}
 }
