@@ -538,3 +538,88 @@ func TestDomainSetLookupsWhileReloadedAndCollected(t *testing.T) {
 	default:
 	}
 }
+
+// TestDenyListChangesAreSeen: the ways a list file is replaced or
+// rewritten in place, each keeping the old size and mtime, all make a
+// reload read it again rather than share the set loaded before.
+func TestDenyListChangesAreSeen(t *testing.T) {
+	defer func(now func() time.Time) { listNow = now }(listNow)
+	listNow = func() time.Time { return time.Now().Add(time.Hour) } // shared while unchanged
+	const newList = "bad.example.org\n"
+	for _, tc := range []struct {
+		name   string
+		change func(dir, path string) error
+	}{
+		{"renamed over", func(dir, path string) error {
+			if err := os.WriteFile(path+".new", []byte(newList), 0o600); err != nil {
+				return err
+			}
+			return os.Rename(path+".new", path)
+		}},
+		{"truncated and rewritten", func(dir, path string) error {
+			return os.WriteFile(path, []byte(newList), 0o600)
+		}},
+		{"written through a hard link", func(dir, path string) error {
+			other := filepath.Join(dir, "other.txt")
+			if err := os.Link(path, other); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(other, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteString(newList)
+			return err
+		}},
+		{"deleted and created again", func(dir, path string) error { // may get the same inode
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			return os.WriteFile(path, []byte(newList), 0o600)
+		}},
+		{"a symlink retargeted", func(dir, path string) error {
+			if err := os.WriteFile(filepath.Join(dir, "v2.txt"), []byte(newList), 0o600); err != nil {
+				return err
+			}
+			if err := os.Symlink("v2.txt", path+".new"); err != nil {
+				return err
+			}
+			return os.Rename(path+".new", path)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "list.txt")
+			if tc.name == "a symlink retargeted" {
+				os.WriteFile(filepath.Join(dir, "v1.txt"), []byte("bad.example.com\n"), 0o600)
+				os.Symlink("v1.txt", path)
+			} else {
+				os.WriteFile(path, []byte("bad.example.com\n"), 0o600)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := LoadDomainSet(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := LoadDomainSet(path); b != a {
+				t.Fatal("an unchanged list is not shared")
+			}
+			waitFileClockPast(t, dir, fi)
+			if err := tc.change(dir, path); err != nil {
+				t.Fatal(err)
+			}
+			os.Chtimes(path, fi.ModTime(), fi.ModTime())
+			c, err := LoadDomainSet(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c == a || !c.Covers("bad.example.org") || c.Covers("bad.example.com") {
+				t.Error("the changed list is not read again")
+			}
+		})
+	}
+}
