@@ -54,11 +54,12 @@ func cutHostRuns(data []byte, nonce string, minRun int) ([]byte, []hostRun) {
 		runLine int
 		hosts   []at[string] // every run's entries, back to back; the runs are slices of it
 		run     int          // where the current run starts in hosts
+		outCap  int
 	)
 	flush := func(end int) {
 		if n := len(hosts) - run; n >= minRun {
 			if out == nil {
-				out = make([]byte, 0, len(data)/4)
+				out = make([]byte, 0, outCap)
 				out = append(out, data[:runFrom]...)
 			}
 			ph := "egressd-hosts-" + nonce + "-" + strconv.Itoa(len(runs))
@@ -87,8 +88,12 @@ func cutHostRuns(data []byte, nonce string, minRun int) ([]byte, []hostRun) {
 		if ok {
 			if runFrom < 0 {
 				runFrom, runInd, runLine = off, ind, lineNo
-				if hosts == nil { // room for a host a line, in one allocation
-					hosts = make([]at[string], 0, bytes.Count(data, []byte{'\n'})+1)
+				if hosts == nil { // room for every host line, in one allocation
+					n, size := countHostRunLines(data[off:])
+					hosts = make([]at[string], 0, n)
+					// and for the text, should every host line be cut:
+					// a line each, a placeholder a run
+					outCap = len(data) - size + n + (n/minRun+1)*(runInd+48)
 				}
 			}
 			hosts = append(hosts, at[string]{V: text[off+v0 : off+v1], Line: lineNo})
@@ -109,6 +114,24 @@ func cutHostRuns(data []byte, nonce string, minRun int) ([]byte, []hostRun) {
 		return data, nil
 	}
 	return out, runs
+}
+
+// countHostRunLines counts the lines of data that hostRunLine matches,
+// and their bytes: the room the cut needs (a count of all lines overstated
+// it by 24 bytes a blank or comment line).
+func countHostRunLines(data []byte) (n, size int) {
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line = data[:i+1]
+		}
+		if _, _, _, ok := hostRunLine(line); ok {
+			n++
+			size += len(line)
+		}
+		data = data[len(line):]
+	}
+	return n, size
 }
 
 // hostRunLine matches one line `<spaces>- <host><spaces>` with an optional

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -106,6 +107,9 @@ func FuzzDecodeCut(f *testing.F) {
 	f.Add("version: 1\nallow:\n  - hosts:\n    - a.example\n    - \"*.b.example\"\n    - c.example\n", "    - d.example\n")
 	f.Add("version: 1\nallow:\n  - message: |\n    - a.example\n    - b.example\n    hosts: [x.example]\n", "")
 	f.Add("version: 1\nallow:\n  - hosts: &h\n    - a.example\n    - b.example\n    paths: *h\n", "    - null\n")
+	for _, seed := range cutSeeds {
+		f.Add(seed, "")
+	}
 	f.Fuzz(func(t *testing.T, cfg, extra string) {
 		data := []byte(cfg + extra)
 		got, err := decodeCut(data, 2)
@@ -120,4 +124,71 @@ func FuzzDecodeCut(f *testing.F) {
 			t.Fatalf("the cut decodes differently:\n got %+v\nwant %+v", got, want)
 		}
 	})
+}
+
+// cutSeeds are texts where a run of two or more host lines sits next to
+// YAML that could change what it means: directives, document markers,
+// tags, anchors and merges, odd line breaks and encodings, flow and
+// complex keys, indentation, block scalars, comments, scalars of other
+// types.
+var cutSeeds = []string{
+	"%YAML 1.1\n---\nversion: 1\nallow:\n  - hosts:\n    - yes\n    - on\n...\n",
+	"%TAG !e! tag:example.com,2000:\n--- !e!x\nversion: 1\nallow:\n  - hosts: !e!h\n    - a.example\n    - b.example\n---\n",
+	"version: 1\nallow:\n  - hosts:\n    - a.example\n    - b.example\n---\nversion: 1\n",
+	"--- version: 1\nallow:\n  - hosts: !!seq\n    - a.example\n    - b.example\n...",
+	"version: 1\nallow:\n  - hosts:\n    - !!str\n    - a.example\n    - b.example\n",
+	"version: 1\nallow:\n  - hosts:\n    - !!str\n      - a.example\n      - b.example\n",
+	"version: 1\nallow:\n  - hosts:\n    - &x\n    - a.example\n    - b.example\n  - hosts: [*x]\n",
+	"version: 1\nallow:\n  - hosts: !!null\n    - a.example\n    - b.example\n",
+	"version: 1\nallow:\n  - &r\n    hosts:\n      - a.example\n      - b.example\n  - <<: *r\n    hosts: [x.example]\n",
+	"version: 1\nallow:\n  - &r\n    hosts:\n      - a.example\n      - b.example\n  - <<: [*r, *r]\n",
+	"version: 1\ndeny: &d\n  hosts:\n    - a.example\n    - b.example\nallow:\n  - <<: *d\n    name: x\n",
+	"version: 1\rallow:\r  - hosts:\n    - a.example\n    - b.example\n",
+	"version: 1\nallow:\n  - hosts:\n    - a.example\n    - b.example\n\t\n",
+	"version: 1\nallow: \u0085  - hosts:\n    - a.example\n    - b.example\n",
+	"version: 1 # \u2028\nallow:\n  - hosts:\n    - a.example\n    - b.example\n",
+	"\ufeffversion: 1\nallow:\n  - hosts:\n    - a.example\n\ufeff    - b.example\n    - c.example\n    - d.example\n",
+	"version: 1\nallow:\n  - hosts:\n    - a.example\n    - b.example\n\x00",
+	"\xff\xfev\x00:\x00 \x001\x00\n\x00  - a\n  - b\n",
+	"version: 1\nallow: [{hosts: [\n    - a.example\n    - b.example\n  ]}]\n",
+	"version: 1\nallow:\n  - ? hosts\n    : - a.example\n      - b.example\n",
+	"version: 1\nallow:\n  - ? - a.example\n      - b.example\n    : x\n",
+	"version: 1\nallow:\n  - \"hosts\n    \":\n    - a.example\n    - b.example\n",
+	"version: 1\nallow:\n- hosts:\n  - a.example\n  - b.example\n- hosts:\n - c.example\n - d.example\n",
+	"version: 1\nallow:\n  - message: |2\n      - a.example\n      - b.example\n    hosts: [x.example]\n",
+	"version: 1\nallow:\n  - message: >-\n\n    - a.example\n    - b.example\n    hosts: [x.example]\n",
+	"version: 1\nallow:\n  - hosts:\n    - x\n      - a.example\n      - b.example\n",
+	"version: 1\nallow:\n  - hosts:\n    - a.example\n    - b.example\n      # c\n    # d\n  # e\n# f\n    ports: [\"443\"]\n",
+	"version: 1\nallow:\n  - hosts:\n    - Null\n    - ~\n    - true\n    - 0x10\n    - 1e3\n    - .inf\n    - 2001-12-14\n    - 1_000\n    - NULL\n    - nULL\n",
+	"version: 1\nallow:\n  - HOSTS:\n    - a.example\n    - b.example\n  - Hosts:\n    - a.example\n",
+	"version: 1\nallow:\n  - hosts:\n    - 'a.example'\n    - \"b.example\"\n    - '*'\n    - \"**\"\n",
+	"version: 1\nallow:\n  - hosts:\n    - a.example\n    - b.example\n  - hosts:\n    - a.example\n    - b.example\n  - hosts: []\n",
+	"version: 1\nsandbox:\n  uids: &u\n    - 1\n    - 2\nallow:\n  - hosts: *u\n",
+	"version: 1\nallow:\n  - hosts: &h\n    - a.example\n    - b.example\n  - ~: *h\n",
+	"version: 1\nallow:\n  - hosts:\n    - a.example\n    - b.example\n" + strings.Repeat("# long comment ", 200) + "\n",
+}
+
+// TestCutAllocatesByHostLines: the cut's room for hosts is sized by the
+// lines that can be hosts, not by every line: a config padded with blank
+// or comment lines (which the parser skips almost for free) must not make
+// the cut allocate more than decoding the whole text does and a copy of
+// the text (it was 24 bytes a line more).
+func TestCutAllocatesByHostLines(t *testing.T) {
+	allocs := func(decode func([]byte) (*rawConfig, error), cfg []byte) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if _, err := decode(cfg); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	for _, pad := range []string{"\n", "#\n", "# - x\n"} {
+		cfg := []byte("version: 1\nallow:\n  - hosts:\n" + hostLines("      ", 100, 0) + strings.Repeat(pad, 1<<20/len(pad)))
+		whole := allocs(decodeWhole, cfg)
+		cut := allocs(func(b []byte) (*rawConfig, error) { return decodeCut(b, minHostRun) }, cfg)
+		if cut > whole+2*uint64(len(cfg)) {
+			t.Errorf("pad %q: the cut of a %d-byte config of 100 hosts allocated %d bytes, the whole text %d", pad, len(cfg), cut, whole)
+		}
+	}
 }
