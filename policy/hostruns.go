@@ -22,8 +22,10 @@ import (
 // and put back into the decoded config. The parser still parses the whole
 // config; the cut is taken only when every placeholder comes back exactly
 // once, as an entry of a `hosts:` list on the line it was put on, and
-// nowhere else. Any other outcome (a run inside a block scalar, an alias,
-// a syntax error) decodes the text whole, as before.
+// nowhere else, and the config has no alias (yaml.v3's alias budget
+// counts the nodes the cut leaves out). Any other outcome (a run inside a
+// block scalar, an alias, a syntax error) decodes the text whole, as
+// before.
 
 // minHostRun: shorter lists are left to the parser.
 const minHostRun = 64
@@ -206,6 +208,13 @@ func decodeCut(data []byte, minRun int) (*rawConfig, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errNoCut
 	}
+	// yaml.v3 refuses a document decoded mostly through aliases (its guard
+	// against alias bombs), counting every node it decodes; the cut decodes
+	// one node a run, so where aliases are it could pass what the whole
+	// text fails. An alias needs a '*'; only then is the text parsed again.
+	if bytes.IndexByte(cut, '*') >= 0 && hasAlias(cut) {
+		return nil, errNoCut
+	}
 	byName := make(map[string]*hostRun, len(runs))
 	for i := range runs {
 		byName[runs[i].placeholder] = &runs[i]
@@ -246,6 +255,28 @@ func decodeCut(data []byte, minRun int) (*rawConfig, error) {
 		return nil, errNoCut
 	}
 	return &raw, nil
+}
+
+// hasAlias reports whether the YAML text data holds an alias (or does not
+// parse).
+func hasAlias(data []byte) bool {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return true
+	}
+	var walk func(n *yaml.Node) bool
+	walk = func(n *yaml.Node) bool {
+		if n.Kind == yaml.AliasNode {
+			return true
+		}
+		for _, c := range n.Content {
+			if walk(c) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(&doc)
 }
 
 // countStrings counts the strings in v that are placeholders.

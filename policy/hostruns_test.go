@@ -57,6 +57,8 @@ func TestDecodeCut(t *testing.T) {
 		{"in a quoted string", "version: 1\nallow:\n  - name: \"x\n" + run + "      y\"\n    hosts: [a.example]\n", false},
 		{"aliased elsewhere", "version: 1\nallow:\n  - hosts: &h\n" + run + "    paths: *h\n", false},
 		{"aliased twice", "version: 1\nallow:\n  - hosts: &h\n" + run + "  - hosts: *h\n", false},
+		{"aliased once from a key yaml skips", "version: 1\n~: &h\n" + run + "allow:\n  - hosts: *h\n", false},
+		{"an alias elsewhere", "version: 1\nallow:\n  - name: &n a\n    hosts:\n" + run + "  - name: *n\n    hosts: [\"*.b.example\"]\n", false},
 		{"in another key", "version: 1\nallow:\n  - paths:\n" + run + "    hosts: [a.example]\n", false},
 		{"continued plain scalar", "version: 1\nallow:\n  - hosts:\n" + run + "        more.example\n", false},
 		{"syntax error", "version: 1\nallow:\n  - hosts:\n" + run + "    ports: [443\n", false},
@@ -190,5 +192,21 @@ func TestCutAllocatesByHostLines(t *testing.T) {
 		if cut > whole+2*uint64(len(cfg)) {
 			t.Errorf("pad %q: the cut of a %d-byte config of 100 hosts allocated %d bytes, the whole text %d", pad, len(cfg), cut, whole)
 		}
+	}
+}
+
+// TestCutKeepsTheAliasBudget: yaml.v3 refuses a document whose decoding is
+// mostly alias expansion ("excessive aliasing", its guard against alias
+// bombs); the cut decodes one placeholder where the whole text decodes
+// every host, so through an alias it would accept what the parser
+// refuses. Here the hosts are anchored under a key yaml.v3 skips (~) and
+// aliased once into a rule.
+func TestCutKeepsTheAliasBudget(t *testing.T) {
+	cfg := "version: 1\n~: &h\n" + hostLines("  ", 2000, 0) + "allow:\n  - hosts: *h\n"
+	if _, err := decodeWhole([]byte(cfg)); err == nil || !strings.Contains(err.Error(), "excessive aliasing") {
+		t.Fatalf("the parser takes the whole text (%v): the test no longer shows the budget", err)
+	}
+	if _, err := Parse(strings.NewReader(cfg), "alias.yaml"); err == nil || !strings.Contains(err.Error(), "excessive aliasing") {
+		t.Errorf("Parse: %v, want the parser's excessive aliasing error", err)
 	}
 }
