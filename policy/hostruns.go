@@ -95,7 +95,7 @@ func cutHostRuns(data []byte, nonce string, minRun int) ([]byte, []hostRun) {
 					hosts = make([]at[string], 0, n)
 					// and for the text, should every host line be cut:
 					// a line each, a placeholder a run
-					outCap = len(data) - size + n + (n/minRun+1)*(runInd+48)
+					outCap = len(data) - size + n + (n/max(minRun, 1)+1)*(runInd+48)
 				}
 			}
 			hosts = append(hosts, at[string]{V: text[off+v0 : off+v1], Line: lineNo})

@@ -114,16 +114,18 @@ func FuzzDecodeCut(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, cfg, extra string) {
 		data := []byte(cfg + extra)
-		got, err := decodeCut(data, 2)
-		if err != nil {
-			return
-		}
-		want, err := decodeWhole(data)
-		if err != nil {
-			t.Fatalf("the cut decodes, the whole text does not: %v", err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("the cut decodes differently:\n got %+v\nwant %+v", got, want)
+		for _, minRun := range []int{1, 2} { // 1: every host line alone is cut too
+			got, err := decodeCut(data, minRun)
+			if err != nil {
+				continue
+			}
+			want, err := decodeWhole(data)
+			if err != nil {
+				t.Fatalf("minRun %d: the cut decodes, the whole text does not: %v", minRun, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("minRun %d: the cut decodes differently:\n got %+v\nwant %+v", minRun, got, want)
+			}
 		}
 	})
 }
