@@ -120,6 +120,15 @@ func LoadDomainSet(path string) (*DomainSet, error) {
 			return s, nil
 		}
 	}
+	if fi.Size() >= hugeMapMin/4 && mappedBytes.Load() > 0 {
+		// This list will be mapped too. Sets already dropped (a replaced
+		// policy's) give their mappings back in cleanups, after a
+		// collection; the collector does not see memory outside the heap
+		// and a policy of big lists has a small heap, so without this a
+		// list changed and reloaded again and again piles up a copy per
+		// reload until a collection happens to run.
+		runtime.GC()
+	}
 	s, err := readDomainSet(f, fi.Size())
 	if err != nil {
 		return nil, fmt.Errorf("host list %s: %w", path, err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -621,5 +622,46 @@ func TestDenyListChangesAreSeen(t *testing.T) {
 				t.Error("the changed list is not read again")
 			}
 		})
+	}
+}
+
+// TestReloadedListsDoNotPileUp: a dropped set's mappings are given back by
+// a cleanup, which runs only after a collection; the collector knows
+// nothing of memory outside the heap, and a policy of big lists has a
+// small heap, so a list changed and reloaded again and again piled up a
+// copy per reload until a collection happened to run. A load that maps
+// memory while sets are mapped collects first.
+func TestReloadedListsDoNotPileUp(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("lists are mapped on Linux only")
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // a quiet heap: no collection of its own
+	path := filepath.Join(t.TempDir(), "list.txt")
+	writeList(t, path, 250_000) // over 4 MiB: mapped
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A set maps about its file's size. Other tests' dropped sets can only
+	// be given back meanwhile, lowering the count, never raising it.
+	base := mappedBytes.Load()
+	for round := range 8 {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "# round %d\n", round) // changed: read again
+		f.Close()
+		s, err := LoadDomainSet(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.KeepAlive(s) // then dropped, as a replaced policy's list is
+	}
+	for i := 0; mappedBytes.Load()-base > 3*fi.Size(); i++ { // the last cleanups may still be queued
+		if i == 100_000 {
+			t.Fatalf("8 reloads of a list of %d bytes hold %d mapped bytes", fi.Size(), mappedBytes.Load()-base)
+		}
+		runtime.Gosched()
 	}
 }
