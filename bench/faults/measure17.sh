@@ -20,7 +20,9 @@
 #   4. twenty concurrent 20 MB response heads: client status codes, time, egressd's
 #      peak RSS (VmHWM, reset with clear_refs first) — expect 502s and a small peak;
 #   5. DNS flood: random labels under denied.example for M17_FLOOD (60s): egressd's
-#      log lines about those names, and queries/s (egressd_dns_queries_total).
+#      log lines about those names, and queries/s (egressd_dns_queries_total);
+#      limits.dns_queries_per_second is M17_DNS_QPS (default 1000000, so every
+#      query reaches the denial path; 50, egressd's default, tests the rate limit).
 #
 # Measurements 2-5 run in a network namespace (and mount namespace) of their own
 # with only lo up: nothing reaches the machine's network, and `egressd serve`
@@ -67,7 +69,7 @@ resolver: {upstreams: ["127.0.0.1:9"]}
 allow:
   - {name: faults, cidrs: [127.0.0.1/32], ports: ["$STALL-$BIGHEAD"], pages: ["*"]}
 limits:
-  dns_queries_per_second: 1000000   # the flood exercises the denial path, not the rate limit
+  dns_queries_per_second: ${M17_DNS_QPS:-1000000}   # default: the flood exercises the denial path, not the rate limit
 EOC
 taskset -c "$CPU" "$W/m17" origin -stall 127.0.0.1:$STALL -dribble 127.0.0.1:$DRIBBLE -bighead 127.0.0.1:$BIGHEAD > "$W/origin.log" 2>&1 &
 ORIG=$!; PIDS+=($ORIG)
@@ -106,7 +108,7 @@ fi
 
 if want 5; then
   F=${M17_FLOOD:-60s}
-  echo "## 5. DNS flood: m17 dnsflood -server 127.0.0.1:$DP -zone denied.example -dur $F (limits.dns_queries_per_second 1000000)"
+  echo "## 5. DNS flood: m17 dnsflood -server 127.0.0.1:$DP -zone denied.example -dur $F (limits.dns_queries_per_second ${M17_DNS_QPS:-1000000})"
   L0=$(grep -c 'denied\.example' "$W/egressd.log"); Q0=$(curl -s http://127.0.0.1:$AP/metrics | awk '/^egressd_dns_queries_total/ {s+=$2} END {print s+0}')
   echo "  $(taskset -c "$CPU" "$W/m17" dnsflood -server 127.0.0.1:$DP -zone denied.example -dur "$F")"
   sleep 0.5
