@@ -5,7 +5,12 @@
 # (VmHWM, reset before each step) of the start (exec to the boot self-test's
 # verdict) and of each reload (SIGHUP to its outcome).
 #
-#   sudo bash bench/bigpolicy.sh [EGRESSD_BINARY] [HOSTS] [RELOADS]
+#   sudo bash bench/bigpolicy.sh [EGRESSD_BINARY] [HOSTS] [RELOADS] [LOAD]
+#
+# LOAD (default 0): that many curl streams keep opening tunnels to an
+# allowed host through the proxy (8 at a time each) from the start's end to
+# the last reload's, so the reloads compete with traffic for the CPUs; the
+# requests each stream completed are printed at the end.
 #
 # serve runs in a network namespace of its own with only loopback: its
 # self-test finds no network there, so each reload is verified, fails and
@@ -26,6 +31,7 @@ if [ -z "$bin" ]; then
 fi
 hosts=${2:-1000000}
 reloads=${3:-3}
+load=${4:-0}
 
 head='version: 1
 listen:
@@ -52,7 +58,7 @@ host='function host(k) { return k % 2 == 0 ? sprintf("host%d.example%d.com", k, 
 cat >"$tmp/measure.sh" <<'EOF'
 set -eu
 ip link set lo up
-bin=$1 cfg=$2 reloads=$3 dir=$4
+bin=$1 cfg=$2 reloads=$3 dir=$4 load=$5
 log=$dir/serve-$(basename "$cfg").log
 : >"$log" # before serve starts: the wait reads it
 now() { date +%s.%N; }
@@ -66,6 +72,15 @@ t0=$(now)
 pid=$!
 waitlog 1 '"msg":"(ready|not ready)"'
 echo "| start | $(echo "$(now) - $t0" | bc | xargs printf %.2f) | $(cpu) | $(hwm) | $(rss) |"
+loaders=()
+urls=$(printf -- '-o /dev/null https://host0.example0.com/ %.0s' $(seq 500)) # each a CONNECT decided against the 1M hosts
+for l in $(seq 1 "$load"); do
+	(n=0; while true; do
+		curl -s --parallel --parallel-max 8 -x http://127.0.0.1:13128 $urls >/dev/null 2>&1 || true
+		n=$((n + 500)); echo $n >"$dir/load$l"
+	done) &
+	loaders+=($!)
+done
 for i in $(seq 1 "$reloads"); do
 	echo 5 >/proc/$pid/clear_refs # VmHWM from here
 	c0=$(cpu) t0=$(now)
@@ -73,6 +88,8 @@ for i in $(seq 1 "$reloads"); do
 	waitlog "$i" '"msg":"reload (applied|rolled back|rejected)'
 	echo "| reload $i | $(echo "$(now) - $t0" | bc | xargs printf %.2f) | $(echo "$(cpu) - $c0" | bc | xargs printf %.2f) | $(hwm) | $(rss) |"
 done
+for l in "${loaders[@]}"; do kill "$l"; done
+[ "$load" -gt 0 ] && echo "load: $load streams, $(cat "$dir"/load* | paste -sd+ | bc) requests completed during the reloads"
 kill $pid
 wait $pid || true
 EOF
@@ -84,5 +101,6 @@ for form in inline files; do
 	echo
 	echo "| step | wall s | CPU s | peak RSS MiB | RSS after MiB |"
 	echo "|---|--:|--:|--:|--:|"
-	unshare --net --mount -- bash "$tmp/measure.sh" "$bin" "$tmp/$form.yaml" "$reloads" "$tmp"
+	rm -f "$tmp"/load*
+	unshare --net --mount -- bash "$tmp/measure.sh" "$bin" "$tmp/$form.yaml" "$reloads" "$tmp" "$load"
 done

@@ -173,6 +173,7 @@ func New(c Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.limits.flushed = s.logSuppressed
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
@@ -406,6 +407,13 @@ func (s *Server) reply(w dns.ResponseWriter, r *dns.Msg, rcode int, answer []dns
 	m.Truncate(size)
 	// A failed write means the client went away; there is no one to tell.
 	_ = w.WriteMsg(m)
+}
+
+// logSuppressed logs the refusals of client a that no line counted yet,
+// once it has gone quiet (limiters.flushLater).
+func (s *Server) logSuppressed(a netip.Addr, result string, n int) {
+	s.log.LogAttrs(context.Background(), slog.LevelWarn, "dns queries not logged",
+		slog.String(logClient, addrString(a)), slog.String(logResult, result), slog.Int(logSkipped, n))
 }
 
 func (s *Server) logQuery(e *entry, extra ...slog.Attr) {

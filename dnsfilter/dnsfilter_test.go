@@ -191,14 +191,32 @@ func (u *upstream) queries() []seenQuery {
 
 // logBuffer collects JSON log lines; handlers log from many goroutines.
 type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	wrote chan struct{} // if set, signalled after a write
 }
 
 func (b *logBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	n, err := b.buf.Write(p)
+	b.mu.Unlock()
+	if b.wrote != nil {
+		select {
+		case b.wrote <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
+}
+
+// waitWrite returns after the next write, or false at the deadline.
+func (b *logBuffer) waitWrite(deadline time.Time) bool {
+	select {
+	case <-b.wrote:
+		return true
+	case <-time.After(time.Until(deadline)):
+		return false
+	}
 }
 
 func (b *logBuffer) lines(t testing.TB) []map[string]any {
@@ -229,7 +247,7 @@ type fixture struct {
 
 func newFixture(t testing.TB, qps int) *fixture {
 	t.Helper()
-	f := &fixture{up: newUpstream(t), reg: prometheus.NewRegistry(), logs: &logBuffer{}}
+	f := &fixture{up: newUpstream(t), reg: prometheus.NewRegistry(), logs: &logBuffer{wrote: make(chan struct{}, 1)}}
 	f.pol.Store(parsePolicy(t, []netip.AddrPort{f.up.addr}, qps))
 	s, err := New(Config{
 		Policy:     f.pol.Load,
@@ -1297,5 +1315,84 @@ func TestDenialAggregator(t *testing.T) {
 	}
 	if ok, skipped := l.denial(a, "z.example.", t1.Add(denyLogEvery)); !ok || skipped != 1000-denyLinesPerInterval {
 		t.Errorf("next interval: log %v skipped %d, want true %d", ok, skipped, 1000-denyLinesPerInterval)
+	}
+}
+
+// TestSuppressedCountsReachTheLog: the denials and rate-limited queries an
+// aggregated line leaves out are counted on the client's next line; when
+// the client stops (a flood ends), that count is still logged, once the
+// interval it was held for is over (measure17: a flood's last 200-350k
+// suppressed denials never reached the log). The flush timers run at once
+// here; the log's counts must add up to every query refused.
+func TestSuppressedCountsReachTheLog(t *testing.T) {
+	f := newFixture(t, 50)
+	f.s.limits.later = func(_ time.Duration, fn func()) { go fn() }
+	const n = 400
+	for i := range n {
+		f.ask(t, agent, fmt.Sprintf("x%d.exfil.example.", i%20), dns.TypeA)
+	}
+	refused := func() (lines, suppressed int) {
+		for _, l := range f.logs.lines(t) {
+			r := l[logResult]
+			if r != resultNXDomain && r != resultRateLimited {
+				continue
+			}
+			if l[logQName] != nil { // a query's own line
+				lines++
+			}
+			if s, ok := l[logSkipped].(float64); ok {
+				suppressed += int(s)
+			}
+		}
+		return
+	}
+	want := int(f.counter(t, "egressd_dns_queries_total", "result", resultNXDomain) + f.counter(t, "egressd_dns_queries_total", "result", resultRateLimited))
+	if want != n {
+		t.Fatalf("%d queries refused, want %d", want, n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lines, suppressed := refused()
+		if lines+suppressed == want {
+			return
+		}
+		if !f.logs.waitWrite(deadline) {
+			t.Fatalf("the log accounts for %d refused queries (%d lines, %d suppressed), want %d: counts left pending when the flood stopped were never logged", lines+suppressed, lines, suppressed, want)
+		}
+	}
+}
+
+// TestSuppressedCountsFlushedByTheClock: the same with the real timers, for
+// rate-limited queries (logged once a second): a burst past the limit,
+// then silence; within a few seconds the log accounts for every refusal.
+func TestSuppressedCountsFlushedByTheClock(t *testing.T) {
+	f := newFixture(t, 5)
+	for range 100 {
+		f.ask(t, agent, "allowed.example.", dns.TypeA)
+	}
+	limited := int(f.counter(t, "egressd_dns_queries_total", "result", resultRateLimited))
+	if limited == 0 {
+		t.Fatal("no query was rate-limited")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lines, suppressed := 0, 0
+		for _, l := range f.logs.lines(t) {
+			if l[logResult] != resultRateLimited {
+				continue
+			}
+			if l[logQName] != nil {
+				lines++
+			}
+			if s, ok := l[logSkipped].(float64); ok {
+				suppressed += int(s)
+			}
+		}
+		if lines+suppressed == limited {
+			return
+		}
+		if !f.logs.waitWrite(deadline) {
+			t.Fatalf("the log accounts for %d of %d rate-limited queries", lines+suppressed, limited)
+		}
 	}
 }

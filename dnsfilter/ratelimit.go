@@ -33,6 +33,12 @@ type limiters struct {
 	clients   map[netip.Addr]*client
 	overflow  *client // shared by new clients while the table is full
 	lastSweep time.Time
+
+	// later runs fn after d (time.AfterFunc; tests run it at once).
+	later func(d time.Duration, fn func())
+	// flushed logs the count a client's last line left out once the client
+	// has gone quiet: without it the tail of a flood is never logged.
+	flushed func(a netip.Addr, result string, n int)
 }
 
 type client struct {
@@ -43,6 +49,7 @@ type client struct {
 	denyStart   time.Time           // start of the current denial log interval
 	denyNames   map[string]struct{} // names logged in it (at most denyLinesPerInterval)
 	denySkipped int                 // denials not logged since the last denial line
+	denyLine    time.Time           // the last denial line
 }
 
 // denial says whether to log a denial of name for client a, and how many
@@ -63,14 +70,16 @@ func (l *limiters) denial(a netip.Addr, name string, now time.Time) (logIt bool,
 		clear(c.denyNames)
 	}
 	if _, seen := c.denyNames[name]; seen || len(c.denyNames) >= denyLinesPerInterval {
-		c.denySkipped++
+		if c.denySkipped++; c.denySkipped == 1 {
+			l.flushLater(denyLogEvery, a, &c.denySkipped, &c.denyLine, now, resultNXDomain)
+		}
 		return false, 0
 	}
 	if c.denyNames == nil {
 		c.denyNames = make(map[string]struct{}, denyLinesPerInterval)
 	}
 	c.denyNames[name] = struct{}{}
-	skipped, c.denySkipped = c.denySkipped, 0
+	skipped, c.denySkipped, c.denyLine = c.denySkipped, 0, now
 	return true, skipped
 }
 
@@ -108,11 +117,42 @@ func (l *limiters) allow(a netip.Addr, qps int, now time.Time) (ok, logIt bool, 
 		return true, false, 0
 	}
 	if now.Sub(c.logged) < logEvery {
-		c.skipped++
+		if c.skipped++; c.skipped == 1 {
+			l.flushLater(logEvery, a, &c.skipped, &c.logged, now, resultRateLimited)
+		}
 		return false, false, 0
 	}
 	skipped, c.skipped, c.logged = c.skipped, 0, now
 	return false, true, skipped
+}
+
+// flushLater makes sure the count at *pending (a client's, guarded by
+// l.mu, just become 1 at time since) reaches the log: the client's next
+// line carries it (*line, the time of its last line, moves past since; the
+// next refusal then arms a flush of its own), and if no line comes within
+// d, the count is logged on its own. One flush is armed per count, so a
+// flood costs a timer an interval. Called with l.mu held.
+func (l *limiters) flushLater(d time.Duration, a netip.Addr, pending *int, line *time.Time, since time.Time, result string) {
+	if l.flushed == nil {
+		return
+	}
+	later := l.later
+	if later == nil {
+		later = func(d time.Duration, fn func()) { time.AfterFunc(d, fn) }
+	}
+	later(d, func() {
+		l.mu.Lock()
+		if line.After(since) { // a line took the count since; the next refusal arms anew
+			l.mu.Unlock()
+			return
+		}
+		n := *pending
+		*pending = 0
+		l.mu.Unlock()
+		if n > 0 {
+			l.flushed(a, result, n)
+		}
+	})
 }
 
 // sweep forgets clients whose bucket has refilled: a fresh bucket would

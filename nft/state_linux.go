@@ -529,6 +529,28 @@ func verdictText(e *expr.Verdict) string {
 	return fmt.Sprintf("verdict %d", e.Kind)
 }
 
+// fibText reads a fib expression and the comparison after it; only the
+// reverse-path check (reversePathMissing) has words.
+func fibText(e *expr.Fib, next expr.Any) (string, bool) {
+	c, ok := next.(*expr.Cmp)
+	if !ok || c.Register != e.Register || c.Op != expr.CmpOpEq || !bytes.Equal(c.Data, []byte{0, 0, 0, 0}) {
+		return "", false
+	}
+	if *e != (expr.Fib{Register: e.Register, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true}) {
+		return "", false
+	}
+	return "fib saddr . iif oif missing", true
+}
+
+// redirectText reads an immediate port and the redirect to it.
+func redirectText(e *expr.Immediate, next expr.Any) (string, bool) {
+	r, ok := next.(*expr.Redir)
+	if !ok || r.RegisterProtoMin != e.Register || r.RegisterProtoMax != e.Register || r.Flags != 2 || len(e.Data) != 2 {
+		return "", false
+	}
+	return fmt.Sprintf("redirect to :%d", binary.BigEndian.Uint16(e.Data)), true
+}
+
 func describeRule(exprs []expr.Any, counts bool) string {
 	var (
 		words  []string
@@ -566,15 +588,14 @@ func describeRule(exprs []expr.Any, counts bool) string {
 				continue
 			}
 		case *expr.Fib:
-			if c, ok := next.(*expr.Cmp); ok && c.Register == e.Register && c.Op == expr.CmpOpEq && bytes.Equal(c.Data, []byte{0, 0, 0, 0}) &&
-				*e == (expr.Fib{Register: e.Register, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true}) {
-				say("fib saddr . iif oif missing")
+			if w, ok := fibText(e, next); ok {
+				say(w)
 				i++
 				continue
 			}
 		case *expr.Immediate:
-			if r, ok := next.(*expr.Redir); ok && r.RegisterProtoMin == e.Register && r.RegisterProtoMax == e.Register && r.Flags == 2 && len(e.Data) == 2 {
-				say(fmt.Sprintf("redirect to :%d", binary.BigEndian.Uint16(e.Data)))
+			if w, ok := redirectText(e, next); ok {
+				say(w)
 				i++
 				continue
 			}

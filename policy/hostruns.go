@@ -156,28 +156,28 @@ func hostRunLine(line []byte) (ind, v0, v1 int, ok bool) {
 	if ind+2 >= n || line[ind] != '-' || line[ind+1] != ' ' {
 		return 0, 0, 0, false
 	}
-	v0, v1 = ind+2, n
+	v0, v1, ok = hostRunValue(line, ind+2, n)
+	return ind, v0, v1, ok
+}
+
+// hostRunValue checks the scalar line[v0:v1] and returns where its value
+// is: inside the quotes of a quoted one.
+func hostRunValue(line []byte, v0, v1 int) (int, int, bool) {
+	star := false // '*' only in quotes: bare, it starts an alias
 	if q := line[v0]; q == '"' || q == '\'' {
 		if line[v1-1] != q || v1-v0 < 3 {
-			return 0, 0, 0, false
+			return 0, 0, false
 		}
-		v0, v1 = v0+1, v1-1
-		for _, c := range line[v0:v1] {
-			if !hostRunByte(c) && c != '*' {
-				return 0, 0, 0, false
-			}
-		}
-		return ind, v0, v1, true
-	}
-	if line[v0] == '.' || line[v0] == '-' || string(line[v0:v1]) == "null" || string(line[v0:v1]) == "Null" || string(line[v0:v1]) == "NULL" {
-		return 0, 0, 0, false
+		v0, v1, star = v0+1, v1-1, true
+	} else if v := string(line[v0:v1]); line[v0] == '.' || line[v0] == '-' || v == "null" || v == "Null" || v == "NULL" {
+		return 0, 0, false
 	}
 	for _, c := range line[v0:v1] {
-		if !hostRunByte(c) {
-			return 0, 0, 0, false
+		if !hostRunByte(c) && (c != '*' || !star) {
+			return 0, 0, false
 		}
 	}
-	return ind, v0, v1, true
+	return v0, v1, true
 }
 
 func hostRunByte(c byte) bool {

@@ -113,7 +113,8 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			var ne net.Error
-			if errors.Is(err, net.ErrClosed) || !errors.As(err, &ne) || !ne.Temporary() { //nolint:staticcheck // what net/http retries too
+			//lint:ignore SA1019 net/http's Server retries on the same test
+			if errors.Is(err, net.ErrClosed) || !errors.As(err, &ne) || !ne.Temporary() {
 				return nil, err
 			}
 			l.x.acceptError(l.Addr().String(), err)

@@ -71,51 +71,11 @@ func NSExecMain(args []string) error {
 	// Namespaces belong to the thread; exec keeps the calling thread's. The
 	// lock is never released: this thread execs or the process exits.
 	runtime.LockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("sandbox: nsexec: unshare mount namespace: %w", err)
+	if err := privateMounts(resolvConf); err != nil {
+		return err
 	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("sandbox: nsexec: make / private: %w", err)
-	}
-	// Before the sandbox's network namespace is entered: the host's
-	// daemons' sockets are listed in this one.
-	if _, err := maskHostSockets(); err != nil {
-		return fmt.Errorf("sandbox: nsexec: %w", err)
-	}
-	if resolvConf != "" {
-		if err := unix.Mount(resolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("sandbox: nsexec: bind-mount %s over /etc/resolv.conf: %w", resolvConf, err)
-		}
-		if err := unix.Mount("", "/etc/resolv.conf", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-			return fmt.Errorf("sandbox: nsexec: make /etc/resolv.conf read-only: %w", err)
-		}
-	}
-	// Never run the command unsandboxed: not in the namespace egressd runs
-	// in, nor in the machine's own.
-	refuse := map[uint64]string{}
-	if root, err := RootCookie(); err == nil {
-		refuse[root] = "the root network namespace"
-	}
-	started, err := threadCookie()
-	if err != nil {
-		return fmt.Errorf("sandbox: nsexec: %w", err)
-	}
-	refuse[started] = "the caller's network namespace"
-	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("sandbox: nsexec: open %s: %w", nsPath, err)
-	}
-	err = unix.Setns(fd, unix.CLONE_NEWNET)
-	unix.Close(fd)
-	if err != nil {
-		return fmt.Errorf("sandbox: nsexec: enter %s: %w", nsPath, err)
-	}
-	got, err := threadCookie()
-	if err != nil {
-		return fmt.Errorf("sandbox: nsexec: %w", err)
-	}
-	if what, ok := refuse[got]; ok {
-		return fmt.Errorf("sandbox: nsexec: %s is %s: refusing", nsPath, what)
+	if err := enterNetNS(nsPath); err != nil {
+		return err
 	}
 	init := os.Getpid() == 1
 	if init {
@@ -279,4 +239,63 @@ func initMain(path string, argv []string, cred *syscall.Credential) error {
 			os.Exit(128 + int(ws.Signal()))
 		}
 	}
+}
+
+// privateMounts gives the command its own mount namespace: / private (so
+// nothing propagates back to the host), the host's unix sockets masked and
+// resolvConf, if set, bind-mounted read-only over /etc/resolv.conf.
+func privateMounts(resolvConf string) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("sandbox: nsexec: unshare mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("sandbox: nsexec: make / private: %w", err)
+	}
+	// Before the sandbox's network namespace is entered: the host's
+	// daemons' sockets are listed in this one.
+	if _, err := maskHostSockets(); err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
+	}
+	if resolvConf != "" {
+		if err := unix.Mount(resolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("sandbox: nsexec: bind-mount %s over /etc/resolv.conf: %w", resolvConf, err)
+		}
+		if err := unix.Mount("", "/etc/resolv.conf", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("sandbox: nsexec: make /etc/resolv.conf read-only: %w", err)
+		}
+	}
+	return nil
+}
+
+// enterNetNS moves the thread into the network namespace at nsPath, and
+// refuses if that is the caller's namespace or the machine's own.
+func enterNetNS(nsPath string) error {
+	// Never run the command unsandboxed: not in the namespace egressd runs
+	// in, nor in the machine's own.
+	refuse := map[uint64]string{}
+	if root, err := RootCookie(); err == nil {
+		refuse[root] = "the root network namespace"
+	}
+	started, err := threadCookie()
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
+	}
+	refuse[started] = "the caller's network namespace"
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: open %s: %w", nsPath, err)
+	}
+	err = unix.Setns(fd, unix.CLONE_NEWNET)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: enter %s: %w", nsPath, err)
+	}
+	got, err := threadCookie()
+	if err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
+	}
+	if what, ok := refuse[got]; ok {
+		return fmt.Errorf("sandbox: nsexec: %s is %s: refusing", nsPath, what)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"os"
@@ -45,7 +46,9 @@ func TestRunHostSocketsMasked(t *testing.T) {
 		w.Write([]byte("outside the sandbox\n"))
 	}))
 	// Baseline: the socket answers a client outside the sandbox.
-	c := &http.Client{Transport: &http.Transport{Dial: func(string, string) (net.Conn, error) { return net.Dial("unix", sock) }}}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
 	resp, err := c.Get("http://daemon/")
 	if err != nil {
 		t.Fatalf("baseline: the daemon's socket does not answer: %v", err)
