@@ -8,6 +8,9 @@ import (
 	"unsafe"
 )
 
+// hugeMapMin: smaller arrays stay on the heap (a huge page is 2 MiB).
+const hugeMapMin = 4 << 20
+
 // bigAlloc hands out the large arrays of one DomainSet: mappings outside
 // the Go heap where the platform gives them (mapBytes), heap slices
 // otherwise. The mappings live as long as the set does.

@@ -41,9 +41,6 @@ func unmapBytes(b []byte) {
 	}
 }
 
-// hugeMapMin: smaller arrays stay on the heap (a huge page is 2 MiB).
-const hugeMapMin = 4 << 20
-
 // fileStamp identifies one version of an open list file: any write to it
 // changes its ctime, which no user can set back.
 func fileStamp(fi os.FileInfo) (listStamp, bool) {
