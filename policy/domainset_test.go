@@ -134,35 +134,21 @@ func listSize() int {
 	return 1_000_000
 }
 
-// BenchmarkDomainSetLoad loads a generated list and reports the names, the
-// memory the set keeps (MiB-kept: heap and mappings), the process's peak
-// RSS (MiB-peak-rss, VmHWM: includes the test binary and the list writer)
-// and the load time per list (s/load, s-cpu/load).
+// BenchmarkDomainSetLoad loads a generated list and reports the names and
+// measureLoad's figures.
 func BenchmarkDomainSetLoad(b *testing.B) {
 	n := listSize()
 	path := filepath.Join(b.TempDir(), "list.txt")
 	writeList(b, path, n)
 	b.ResetTimer()
 	for range b.N {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		mapped := mappedBytes.Load()
-		cpu := cpuSeconds()
-		start := time.Now()
-		s, err := LoadDomainSet(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(time.Since(start).Seconds(), "s/load")
-		b.ReportMetric(cpuSeconds()-cpu, "s-cpu/load")
-		runtime.GC()
-		runtime.ReadMemStats(&after)
+		var s *DomainSet
+		measureLoad(b, func() (any, error) {
+			var err error
+			s, err = LoadDomainSet(path)
+			return s, err
+		})
 		b.ReportMetric(float64(s.Len()), "names")
-		kept := int64(after.HeapAlloc) - int64(before.HeapAlloc) + mappedBytes.Load() - mapped
-		b.ReportMetric(float64(kept)/(1<<20), "MiB-kept")
-		b.ReportMetric(peakRSS(), "MiB-peak-rss")
-		runtime.KeepAlive(s)
 	}
 }
 
@@ -257,22 +243,7 @@ func BenchmarkLoad1MHostsFile(b *testing.B) {
 	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - name: fleet\n    ports: [443]\n    hosts_files: [hosts.txt]\n"), 0o600)
 	b.ResetTimer()
 	for range b.N {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		cpu := cpuSeconds()
-		start := time.Now()
-		p, err := Load(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(time.Since(start).Seconds(), "s/load")
-		b.ReportMetric(cpuSeconds()-cpu, "s-cpu/load")
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MiB-kept")
-		b.ReportMetric(peakRSS(), "MiB-peak-rss")
-		runtime.KeepAlive(p)
+		measureLoad(b, func() (any, error) { return Load(cfg) })
 	}
 }
 
