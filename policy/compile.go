@@ -19,6 +19,8 @@ import (
 
 	"github.com/egressd/egressd/policy/classify"
 	"golang.org/x/net/publicsuffix"
+
+	"github.com/egressd/egressd/policy/hostlist"
 )
 
 // compiler turns the raw schema into a Policy, collecting every error with
@@ -707,7 +709,7 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 		c.errf(1, "deny.hosts", "more than 4 GiB of host names: split the policy")
 	}
 	for j, v := range d.HostsFiles {
-		l, err := LoadDomainSet(c.relative(v.V))
+		l, err := hostlist.Load(c.relative(v.V))
 		if err != nil {
 			c.errf(v.Line, fmt.Sprintf("deny.hosts_files[%d]", j), "%v", err)
 			continue

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/egressd/egressd/policy/hostlist"
 )
 
 // Policy is a compiled config: immutable once Parse returns it, safe for
@@ -37,7 +39,7 @@ type Policy struct {
 	denyExact  hostIndex // values unused
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
-	denyLists  []*DomainSet // deny.hosts_files
+	denyLists  []*hostlist.Set // deny.hosts_files
 
 	// UpstreamProxy is the parent proxy egressd reaches every upstream
 	// through (HTTP CONNECT to the checked address); nil: direct.
