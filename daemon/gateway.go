@@ -72,7 +72,17 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	out := &GatewayDaemon{}
 	log := g.Logger
 	if g.AuditLog != "" {
-		sink, err := audit.Open(g.AuditLog)
+		// The signing key is read once, at start: a reload does not
+		// change it (a key change is a restart, announced by the old key).
+		p, err := g.Load()
+		if err != nil {
+			return nil, err
+		}
+		ao, err := AuditOptions(p)
+		if err != nil {
+			return nil, err
+		}
+		sink, err := audit.OpenWith(g.AuditLog, ao)
 		if err != nil {
 			return nil, err
 		}
@@ -197,4 +207,24 @@ func appendAddr(l []netip.Addr, a netip.Addr) []netip.Addr {
 		return l
 	}
 	return append(l, a)
+}
+
+// AuditOptions reads the audit signing keys a policy names (none: no
+// checkpoints).
+func AuditOptions(p *policy.Policy) (audit.Options, error) {
+	a := p.Audit
+	if a.SignKey == "" {
+		return audit.Options{}, nil
+	}
+	key, err := audit.ReadPrivateKey(a.SignKey)
+	if err != nil {
+		return audit.Options{}, fmt.Errorf("audit.sign_key: %w", err)
+	}
+	so := &audit.SignOptions{Key: key, Records: a.CheckpointRecords, Interval: a.CheckpointInterval}
+	if a.SignKeyPrevious != "" {
+		if so.Previous, err = audit.ReadPrivateKey(a.SignKeyPrevious); err != nil {
+			return audit.Options{}, fmt.Errorf("audit.sign_key_previous: %w", err)
+		}
+	}
+	return audit.Options{Sign: so}, nil
 }
