@@ -81,7 +81,7 @@ type signer struct {
 	keyID, prevID string
 	announce      bool   // the next checkpoint is signed by prev and announces key
 	owed          string // the at of a checkpoint due but not yet written
-	unsigned      int  // lines since the last checkpoint
+	unsigned      int    // lines since the last checkpoint
 	since         time.Time
 	records       int
 	interval      time.Duration
