@@ -104,8 +104,8 @@ const filterBits = 1 << 16
 // matcher is an immutable scan structure over a token set.
 type matcher struct {
 	tokens []Token
-	lower  []string            // tokens' values, ASCII lower case
-	heads  map[uint64][]int32  // first window bytes (lower case) → tokens
+	lower  []string           // tokens' values, ASCII lower case
+	heads  map[uint64][]int32 // first window bytes (lower case) → tokens
 	filter [filterBits / 64]uint64
 }
 

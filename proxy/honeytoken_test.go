@@ -3,8 +3,8 @@ package proxy
 import (
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -70,7 +70,7 @@ func TestHoneytokenRefused(t *testing.T) {
 		{"header", "GET", base + "/", "", map[string]string{"X-Api-Key": api}, "api-key", "header X-Api-Key"},
 		{"header without it", "GET", base + "/", "", map[string]string{"X-Api-Key": "not-a-canary"}, "", ""},
 		{"signed-looking authorization", "GET", base + "/", "", map[string]string{"Authorization": "AWS4-HMAC-SHA256 Credential=" + aws + "/20261201/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00"}, "aws-access-key-id", "header Authorization"},
-		{"basic credentials", "GET", base + "/", "", map[string]string{"Authorization": "Basic " + b64("x-access-token:" + gh)}, "github-token", "header Authorization"},
+		{"basic credentials", "GET", base + "/", "", map[string]string{"Authorization": "Basic " + b64("x-access-token:"+gh)}, "github-token", "header Authorization"},
 		{"read-POST json body", "POST", jira, `{"jql":"project = X AND text ~ \"` + secret + `\"","maxResults":10}`, map[string]string{"Content-Type": "application/json"}, "aws-secret-access-key", "body"},
 		{"read-POST json body without it", "POST", jira, `{"jql":"project = X","maxResults":10}`, map[string]string{"Content-Type": "application/json"}, "", ""},
 		{"host under a wildcard, lower case", "GET", "http://" + strings.ToLower(aws) + ".wild.test:" + port + "/", "", nil, "aws-access-key-id", "host"},
