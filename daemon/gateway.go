@@ -27,7 +27,8 @@ type Gateway struct {
 	// every decision line.
 	Load   func() (*policy.Policy, error)
 	Logger *slog.Logger
-	// StateDir holds the CA (StateDir/ca, created on first use).
+	// StateDir holds the CA (StateDir/ca, created on first use) and the
+	// honeytoken store (watched: every token in it is refused).
 	StateDir string
 	// AuditLog, when set, also appends every decision to this file as a
 	// hash-chained line; Close seals it.
@@ -98,7 +99,7 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 		return fail(err)
 	}
 	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink,
-		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult}
+		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult, HoneytokenDir: g.StateDir}
 	opt.ProxyConfig.ReadyExempt = g.ReadyExempt
 	if g.Walls != nil {
 		ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {

@@ -300,7 +300,11 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		e.honey = &t
 		s.deny(w, r, e, policy.ReasonHoneytoken.String())
 		if s.onHoney != nil {
-			s.onHoney(e.identity, name, t)
+			id := e.identity
+			if id == "" {
+				id = addrString(e.client) // as the proxy names a source without an identity
+			}
+			s.onHoney(id, name, t)
 		}
 		return
 	}
