@@ -12,6 +12,7 @@ package audit
 // that the host was honest.
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -23,6 +24,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -448,5 +450,25 @@ func (s *Sink) rotation(complete []byte) {
 		sg.announce = sg.prevID != sg.keyID
 	default:
 		sg.announce = false // signed by neither: no key here can vouch for the change
+	}
+}
+
+// FindCheckpoint returns the checkpoint line with sequence number seq in
+// the log r, or an error when there is none.
+func FindCheckpoint(r io.Reader, seq uint64) (*Checkpoint, error) {
+	lr := &lineReader{br: bufio.NewReaderSize(r, 64<<10)}
+	prefix := strconv.AppendUint(append([]byte(nil), headerStart...), seq, 10)
+	prefix = append(prefix, ',')
+	for {
+		line, complete, tooLong, err := lr.next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("no line with seq %d", seq)
+		} else if err != nil {
+			return nil, err
+		}
+		if !complete || tooLong || !bytes.HasPrefix(line, prefix) {
+			continue
+		}
+		return ParseCheckpoint(line)
 	}
 }

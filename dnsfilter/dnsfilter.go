@@ -481,7 +481,7 @@ func (s *Server) logQuery(e *entry, extra ...slog.Attr) {
 	if e.result == resultAnswered || e.result == resultFiltered {
 		attrs = append(attrs, slog.Int(logAnswers, e.answers), slog.Int(logDropped, e.dropped))
 	}
-	s.log.LogAttrs(context.Background(), level, "dns query", attrs...)
+	s.log.LogAttrs(context.Background(), level, event.DNSMsg, attrs...)
 }
 
 func addrString(a netip.Addr) string {

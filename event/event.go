@@ -11,6 +11,10 @@ import "time"
 // Msg is the log message of a decision record.
 const Msg = "decision"
 
+// DNSMsg is the message of the DNS filter's line per query; a query
+// refused for a honeytoken carries the optional honeytoken keys too.
+const DNSMsg = "dns query"
+
 // The keys of a decision record, in the order the proxy writes them.
 const (
 	KeyIdentity  = "identity"  // who asked: the sandbox's identity or source address

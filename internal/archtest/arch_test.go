@@ -57,7 +57,7 @@ var allowed = map[string][]string{
 	"selftest/plan":    {"policy", "proxy", "selftest"},
 	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
 	"selftest/probe":   {"selftest"},
-	"report":           {"event", "nft", "policy", "selftest", "audit"},
+	"report":           {"event", "nft", "policy", "selftest", "audit", "honeytoken"},
 	"deploy":           {},
 
 	"cmd/egressd":      {anyPackage},
