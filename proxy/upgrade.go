@@ -207,6 +207,14 @@ func (x *Proxy) relayUpgrade(w http.ResponseWriter, r *http.Request, rq *request
 	if _, err := client.Write(early); err != nil {
 		return
 	}
+	if !x.honey.Empty() {
+		var pre2 []byte
+		client, pre2 = x.scanWebSocket(rq, client, up, hc, pre)
+		if pre2 == nil && len(pre) > 0 { // the first frame carried one
+			x.logDecisionReason(context.WithoutCancel(r.Context()), rq, http.StatusSwitchingProtocols, policy.ReasonHoneytoken, "upgrade websocket "+honeyDetail(rq.honey), in, out)
+			return
+		}
+	}
 	if _, err := up.Write(pre); err != nil {
 		return
 	}
