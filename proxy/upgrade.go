@@ -142,6 +142,11 @@ func (x *Proxy) upgradeRoundTrip(r *http.Request, rq *request) (net.Conn, *bufio
 	for _, h := range []string{"Proxy-Authorization", "Proxy-Connection", "Keep-Alive", "TE"} {
 		out.Header.Del(h)
 	}
+	if !x.honey.Empty() {
+		// no permessage-deflate: compressed frames would hide a
+		// honeytoken from the frame scan (wsscan.go)
+		out.Header.Del("Sec-WebSocket-Extensions")
+	}
 	bw := bufio.NewWriter(tc)
 	if err := out.Write(bw); err != nil {
 		return fail("send upgrade upstream", err)
