@@ -18,14 +18,8 @@ import (
 // alertLine is one of egressd's JSON log lines on the terminal.
 var alertLine = regexp.MustCompile(`\{"time":[^\n]*?"msg":"alert: [^\n]*?"where":"[^"]*"\}\n`)
 
-const honeyRunConfig = `version: 1
-resolver:
-  upstreams: ["203.0.113.53:53"]
-upstream_ca: {CA}
-allow:
-  - name: origin
-    hosts: [allowed.test]
-    cidrs: [203.0.113.0/24]
+// honeyRunConfig is runConfig with a read-POST rule and a wildcard rule.
+var honeyRunConfig = strings.Replace(runConfig, "    cidrs: [203.0.113.0/24]\n", `    cidrs: [203.0.113.0/24]
   - name: jira
     hosts: [jira.test]
     cidrs: [203.0.113.0/24]
@@ -34,17 +28,7 @@ allow:
   - name: wild
     hosts: ["*.wild.test"]
     cidrs: [203.0.113.0/24]
-selftest:
-  timeout: 1s
-  tcp: [203.0.113.100:8080]
-  udp: [203.0.113.100:123]
-  ipv6: ["[2001:db8:2::100]:8080"]
-  resolvers: [203.0.113.53:53]
-  metadata: [169.254.169.254]
-  canary_name: canary.test
-  canary_url: http://canary.test/
-  expect_reachable: [http://allowed.test/]
-`
+`, 1)
 
 // honeyScript runs inside `egressd run --honeytokens`: each request once
 // with a canary from its environment and once without, then a DNS name
