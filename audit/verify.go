@@ -214,11 +214,8 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		prevKind string
 		bad      *badLine // a malformed line awaiting its recover record
 		sealed   bool     // the last line other than a checkpoint is a seal
-		kr       *keyring
+		kr       = newKeyring(o.Key) // nil without a key
 	)
-	if o.Key != nil {
-		kr = &keyring{cur: o.Key, curID: KeyID(o.Key), ids: []string{KeyID(o.Key)}, retired: map[string]bool{}}
-	}
 	fail := func(line int, k Kind, format string, args ...any) (Report, error) {
 		return rep, &TamperError{Line: line, Kind: k, Detail: fmt.Sprintf(format, args...)}
 	}
@@ -260,23 +257,12 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 			}
 			rep.Recovered = append(rep.Recovered, bad.line)
 			bad = nil
-		} else {
-			if h.kind == kindRecover {
-				return fail(n, Inserted, "a recover record with no damaged line before it")
-			}
-			if te := chainError(lr, n, h, sum, prevSeq, prevHash); te != nil {
-				return rep, te
-			}
-			if te := sessionError(n, h.kind, prevKind, sealed, o.Strict, &rep); te != nil {
-				return rep, te
-			}
+		} else if te := lineError(lr, n, h, sum, prevSeq, prevHash, prevKind, sealed, o.Strict, &rep); te != nil {
+			return rep, te
 		}
-		if h.kind == kindCheckpoint {
-			if te := checkCheckpoint(line, n, prevKind, kr, &rep); te != nil {
-				return rep, te
-			}
+		if sealed, err = afterLine(line, n, h.kind, prevKind, sealed, kr, &rep); err != nil {
+			return rep, err
 		}
-		sealed = h.kind == kindSeal || (h.kind == kindCheckpoint && sealed)
 		rep.count(h.kind)
 		if te := anchorError(anchors, n, h.seq, sum); te != nil {
 			return rep, te
@@ -298,16 +284,22 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 	if !rep.Sealed && !o.Live {
 		return fail(rep.Lines+1, Truncated, "the log ends after line %d (seq %d) without a seal: its tail was removed, or egressd is still writing it (verify with --live) or stopped without closing it", rep.Lines, prevSeq)
 	}
-	if kr != nil {
-		rep.KeyIDs = kr.ids
-		if rep.SignedLines < rep.Lines {
-			if !o.Live {
-				return fail(rep.SignedLines+1, Unsigned, "no signature covers lines %d-%d: the log ends without a checkpoint after them (one was removed, or lines were appended by someone without the key)", rep.SignedLines+1, rep.Lines)
-			}
-			rep.UnsignedFrom = rep.SignedLines + 1
-		}
+	if te := kr.finish(&rep, o.Live); te != nil {
+		return rep, te
 	}
 	return rep, nil
+}
+
+// lineError checks line n (not excused as crash damage): no stray
+// recover record, the chain, and the session's record kinds.
+func lineError(lr *lineReader, n int, h header, sum [32]byte, prevSeq uint64, prevHash [32]byte, prevKind string, sealed, strict bool, rep *Report) *TamperError {
+	if h.kind == kindRecover {
+		return tamper(n, Inserted, "a recover record with no damaged line before it")
+	}
+	if te := chainError(lr, n, h, sum, prevSeq, prevHash); te != nil {
+		return te
+	}
+	return sessionError(n, h.kind, prevKind, sealed, strict, rep)
 }
 
 // tamper makes the error for line n.
@@ -441,6 +433,25 @@ type keyring struct {
 	retired map[string]bool
 }
 
+func newKeyring(pub ed25519.PublicKey) *keyring {
+	if pub == nil {
+		return nil
+	}
+	return &keyring{cur: pub, curID: KeyID(pub), ids: []string{KeyID(pub)}, retired: map[string]bool{}}
+}
+
+// afterLine checks a checkpoint line (kind) and returns whether the log
+// is sealed after line n: a seal, or the checkpoint after one.
+func afterLine(line []byte, n int, kind, prevKind string, sealed bool, kr *keyring, rep *Report) (bool, error) {
+	if kind != kindCheckpoint {
+		return kind == kindSeal, nil
+	}
+	if te := checkCheckpoint(line, n, prevKind, kr, rep); te != nil {
+		return sealed, te
+	}
+	return sealed, nil
+}
+
 // checkCheckpoint checks the checkpoint at line n (after a line of kind
 // prevKind): its form, that it follows what its "at" says, and with a
 // keyring its signature, which then covers every line up to n.
@@ -479,5 +490,23 @@ func checkCheckpoint(line []byte, n int, prevKind string, kr *keyring, rep *Repo
 		kr.cur, kr.curID = pub, KeyID(pub)
 		kr.ids = append(kr.ids, kr.curID)
 	}
+	return nil
+}
+
+// finish checks, with a key (kr not nil), that signatures cover the whole
+// log: a closed log must end covered; a live one's unsigned tail is
+// reported.
+func (kr *keyring) finish(rep *Report, live bool) *TamperError {
+	if kr == nil {
+		return nil
+	}
+	rep.KeyIDs = kr.ids
+	if rep.SignedLines >= rep.Lines {
+		return nil
+	}
+	if !live {
+		return tamper(rep.SignedLines+1, Unsigned, "no signature covers lines %d-%d: the log ends without a checkpoint after them (one was removed, or lines were appended by someone without the key)", rep.SignedLines+1, rep.Lines)
+	}
+	rep.UnsignedFrom = rep.SignedLines + 1
 	return nil
 }
