@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -314,4 +315,17 @@ func FuzzParseCheckpoint(f *testing.F) {
 			t.Fatalf("accepted a line that is not its own rendering: %q", line)
 		}
 	})
+}
+
+// BenchmarkHandlerSigned is BenchmarkHandler's audit case with signed
+// checkpoints at the default pace (one Ed25519 signature per 1000 lines).
+func BenchmarkHandlerSigned(b *testing.B) {
+	_, k, _ := ed25519.GenerateKey(rand.Reader)
+	s, _ := NewSinkWith(io.Discard, Options{Sign: &SignOptions{Key: k}})
+	defer s.Close()
+	log := slog.New(s.Handler(nil))
+	b.ReportAllocs()
+	for b.Loop() {
+		logDecisions(log, 0, 1)
+	}
 }
