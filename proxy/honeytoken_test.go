@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -125,3 +126,38 @@ func TestHoneytokenRefused(t *testing.T) {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// TestHoneytokenSNI: on the transparent TLS listener the SNI names the
+// host; a canary label in it is refused (the handshake fails) and logged
+// and alerted with where "sni", even under an allowing wildcard rule.
+func TestHoneytokenSNI(t *testing.T) {
+	reg := honeytoken.NewRegistry()
+	ts, _ := honeytoken.Issue("sandbox-8")
+	reg.Set("run", ts)
+	var mu sync.Mutex
+	var alerts []Attempt
+	h := newHarnessWith(t, honeyConfig, map[string][]string{"x.wild.test": {"127.0.0.1"}}, func(c *Config) {
+		c.Honeytokens = reg
+		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock() }
+	})
+	addr := transparentListen(t, h.px.ServeTransparentTLS, h.tlsO.port())
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	sni := strings.ToLower(ts[3].Value) + ".wild.test"
+	if err := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: h.upCA.Pool()}).Handshake(); err == nil {
+		t.Fatal("a handshake with a canary in the SNI succeeded")
+	}
+	line := waitLog(t, h, `"honeytoken_where":"sni"`)
+	if !strings.Contains(line, `"reason":"honeytoken"`) || !strings.Contains(line, `"honeytoken":"api-key"`) {
+		t.Fatalf("log line %s", line)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(alerts) != 1 || alerts[0].Where != "sni" || alerts[0].HoneytokenOf != "sandbox-8" {
+		t.Fatalf("alerts %+v", alerts)
+	}
+}
