@@ -209,6 +209,11 @@ func TestAuditSignedCommand(t *testing.T) {
 	rewritten := rechainLines(bytes.Replace(b, []byte("169.254.169.254"), []byte("example.com"), 1))
 	rwPath := filepath.Join(t.TempDir(), "rewritten.jsonl")
 	os.WriteFile(rwPath, rewritten, 0o600)
+	// a live log: the lines after the last checkpoint (record 3, not yet
+	// signed when the seal came) are reported, not refused
+	ls := bytes.SplitAfter(b, []byte{'\n'})
+	livePath := filepath.Join(t.TempDir(), "live.jsonl")
+	os.WriteFile(livePath, bytes.Join(ls[:6], nil), 0o600)
 	pub := filepath.Join(keys, audit.PublicKeyFile)
 	for _, tt := range []struct {
 		args     []string
@@ -220,6 +225,8 @@ func TestAuditSignedCommand(t *testing.T) {
 		{[]string{rwPath}, exitOK, "intact"},
 		{[]string{"--key", pub, rwPath}, exitDeny, ":6: tampered: unsigned: no valid signature covers lines 6-8"},
 		{[]string{"--key", filepath.Join(keys, audit.PrivateKeyFile), path}, exitUsage, ""},
+		{[]string{"--key", pub, "--live", livePath}, exitOK, ":6: note: lines 6-6 are not signed yet"},
+		{[]string{"--key", pub, livePath}, exitDeny, "tampered: truncated"},
 	} {
 		stdout.Reset()
 		stderr.Reset()
