@@ -26,8 +26,8 @@ func init() { commands["report"] = cmdReport }
 // showWalls reads the kernel walls with their counters; tests replace it.
 var showWalls = func() (string, error) { return nft.Show(nft.CurrentNamespace, nft.DefaultTable) }
 
-const reportUsage = `usage: egressd report [--config FILE] [--state-dir DIR] [--log FILE] [--json] [--sign [--key FILE] [--audit-log FILE] --out FILE]
-       egressd report verify --key PUB [--sig FILE] [--audit-log FILE] PACK
+const reportUsage = `usage: egressd report [--config FILE] [--state-dir DIR] [--log FILE] [--json] [--sign [--key FILE] [--audit-log FILE [--audit-pub PUB]] --out FILE]
+       egressd report verify --key PUB [--sig FILE] [--audit-log FILE [--audit-pub PUB]] PACK
 `
 
 func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -42,6 +42,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	sign := fs.Bool("sign", false, "sign the pack: write --out FILE and a detached signature FILE.sig")
 	keyFile := fs.String("key", "", "with --sign: the Ed25519 private key (default: the config's audit.sign_key)")
 	auditLog := fs.String("audit-log", "", "with --sign: the audit log whose last signed checkpoint the pack is cut at")
+	auditPub := fs.String("audit-pub", "", "with --audit-log: the public key its checkpoints start with, when a rotation has changed it since (default: the signing key's)")
 	out := fs.String("out", "", "write the pack to FILE instead of stdout (required with --sign)")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 || (*sign && *out == "") {
 		fmt.Fprint(stderr, reportUsage)
@@ -75,7 +76,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr, Honeytokens: planted}
 	var key ed25519.PrivateKey
 	if *sign {
-		if key, in.Seal, err = prepareSeal(p, *cfg, *keyFile, histPath, *auditLog, walls); err != nil {
+		if key, in.Seal, err = prepareSeal(p, *cfg, *keyFile, histPath, *auditLog, *auditPub, walls); err != nil {
 			return fail(err)
 		}
 		in.Seal.Generated = in.Now
@@ -115,7 +116,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 // prepareSeal reads the signing key and what the signature covers besides
 // the pack: the config's and the history's hashes, the walls' hash and
 // the audit log's last signed checkpoint, which must verify with the key.
-func prepareSeal(p *policy.Policy, cfg, keyFile, histPath, auditLog, walls string) (ed25519.PrivateKey, *report.Seal, error) {
+func prepareSeal(p *policy.Policy, cfg, keyFile, histPath, auditLog, auditPub, walls string) (ed25519.PrivateKey, *report.Seal, error) {
 	if keyFile == "" {
 		keyFile = p.Audit.SignKey
 	}
@@ -145,7 +146,13 @@ func prepareSeal(p *policy.Policy, cfg, keyFile, histPath, auditLog, walls strin
 			return nil, nil, err
 		}
 		defer f.Close()
-		rep, err := audit.Verify(f, audit.VerifyOptions{Live: true, Key: key.Public().(ed25519.PublicKey)})
+		first := key.Public().(ed25519.PublicKey)
+		if auditPub != "" {
+			if first, err = audit.ReadPublicKey(auditPub); err != nil {
+				return nil, nil, err
+			}
+		}
+		rep, err := audit.Verify(f, audit.VerifyOptions{Live: true, Key: first})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--audit-log %s does not verify with the signing key, so no pack is signed over it: %w", auditLog, err)
 		}
@@ -162,6 +169,7 @@ func cmdReportVerify(args []string, stdout, stderr io.Writer) int {
 	keyFile := fs.String("key", "", "the Ed25519 public key (audit.pub)")
 	sigFile := fs.String("sig", "", "the detached signature (default: PACK.sig)")
 	auditLog := fs.String("audit-log", "", "also check that this audit log verifies with the key and still holds the checkpoint the pack was cut at")
+	auditPub := fs.String("audit-pub", "", "with --audit-log: the public key its checkpoints start with, after a rotation (default: --key)")
 	pos, err := parseFlags(fs, args)
 	if err != nil || len(pos) != 1 || *keyFile == "" {
 		fmt.Fprint(stderr, reportUsage)
@@ -208,7 +216,14 @@ func cmdReportVerify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: NOT VERIFIED: the pack names no audit checkpoint to find in %s\n", pack, *auditLog)
 		return exitDeny
 	}
-	if why := checkpointInLog(*auditLog, pub, c); why != "" {
+	first := pub
+	if *auditPub != "" {
+		if first, err = audit.ReadPublicKey(*auditPub); err != nil {
+			fmt.Fprintf(stderr, "egressd report verify: %v\n", err)
+			return exitUsage
+		}
+	}
+	if why := checkpointInLog(*auditLog, first, c); why != "" {
 		fmt.Fprintf(stdout, "%s: NOT VERIFIED: %s\n", *auditLog, why)
 		return exitDeny
 	}
