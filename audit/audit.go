@@ -39,6 +39,11 @@
 //     line is then found. Lines after the newest anchor stay unprotected.
 //   - The content of the final line (the seal's time) is not covered by any
 //     later hash; only an anchor covers it.
+//   - With a signing key (OpenWith, Options.Sign; sign.go), signed
+//     checkpoint lines follow every open, seal and recover record and at
+//     most every Records lines or Interval, and Verify with the public key
+//     fails a consistent rewrite at the first line no valid signature
+//     covers. Whoever holds the private key can still sign anything.
 //
 // Lines reach the kernel with one write(2) each, so a process crash loses
 // nothing already logged; a power loss may lose what the page cache held, and
