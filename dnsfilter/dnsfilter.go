@@ -28,6 +28,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/policy"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +69,10 @@ type Config struct {
 	// writes (a sandbox with CAP_NET_RAW can spoof an open probe socket's),
 	// while a TCP client's were proved by its handshake.
 	Exempt func(client netip.AddrPort) bool
+	// Honeytokens, when set, are refused in any query name (NXDOMAIN,
+	// reason honeytoken), and OnHoneytoken hears of each such query.
+	Honeytokens  *honeytoken.Registry
+	OnHoneytoken func(identity, name string, t honeytoken.Token)
 }
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
@@ -85,6 +91,8 @@ type Server struct {
 	overBudget *prometheus.CounterVec
 	gate       func(*policy.Policy) (policy.Reason, string)
 	exempt     func(netip.AddrPort) bool
+	honey      *honeytoken.Registry
+	onHoney    func(identity, name string, t honeytoken.Token)
 
 	mu        sync.Mutex
 	closed    bool
@@ -157,6 +165,8 @@ func New(c Config) (*Server, error) {
 		budget:  c.NameBudget,
 		gate:    c.Gate,
 		exempt:  c.Exempt,
+		honey:   c.Honeytokens,
+		onHoney: c.OnHoneytoken,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_queries_total",
 			Help: "DNS queries answered by the filter, by result.",
@@ -200,6 +210,7 @@ func New(c Config) (*Server, error) {
 type entry struct {
 	client   netip.Addr
 	identity string
+	honey    *honeytoken.Token // a honeytoken in the name
 	qname    string
 	qtype    uint16
 	result   string
@@ -282,6 +293,19 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 	name, bad := queryName(q.Name)
 	if bad != "" {
 		s.deny(w, r, e, bad)
+		return
+	}
+	if t, ok := s.honey.ScanString(name); ok {
+		// before any rule: a canary in a name is refused whatever allows it
+		e.honey = &t
+		s.deny(w, r, e, policy.ReasonHoneytoken.String())
+		if s.onHoney != nil {
+			id := e.identity
+			if id == "" {
+				id = addrString(e.client) // as the proxy names a source without an identity
+			}
+			s.onHoney(id, name, t)
+		}
 		return
 	}
 	rule := p.RuleForName(name)
@@ -447,13 +471,17 @@ func (s *Server) logQuery(e *entry, extra ...slog.Attr) {
 	if e.rule != "" {
 		attrs = append(attrs, slog.String(logRule, e.rule))
 	}
+	if e.honey != nil {
+		attrs = append(attrs, slog.String(event.KeyHoneytoken, string(e.honey.Kind)), slog.String(event.KeyHoneytokenOf, e.honey.Identity),
+			slog.String(event.KeyHoneytokenWhere, "dns name"))
+	}
 	if e.upstream.IsValid() {
 		attrs = append(attrs, slog.String(logUpstream, e.upstream.String()), slog.Duration(logRTT, e.rtt))
 	}
 	if e.result == resultAnswered || e.result == resultFiltered {
 		attrs = append(attrs, slog.Int(logAnswers, e.answers), slog.Int(logDropped, e.dropped))
 	}
-	s.log.LogAttrs(context.Background(), level, "dns query", attrs...)
+	s.log.LogAttrs(context.Background(), level, event.DNSMsg, attrs...)
 }
 
 func addrString(a netip.Addr) string {

@@ -17,7 +17,7 @@ func TestRecordKeys(t *testing.T) {
 		tag, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
 		tags = append(tags, tag)
 	}
-	want := append([]string{"time", "level", "msg"}, Keys()...)
+	want := append(append([]string{"time", "level", "msg"}, Keys()...), OptionalKeys()...)
 	if !slices.Equal(tags, want) {
 		t.Errorf("Record JSON names %v, want %v", tags, want)
 	}

@@ -117,6 +117,8 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	default:
 		c.errf(raw.Audit.OnError.Line, "audit.on_error", "%q: want deny (refuse what would be allowed while the audit log cannot be written) or allow", raw.Audit.OnError.V)
 	}
+	c.auditSigning(p, &raw.Audit)
+	p.Honeytokens = raw.Honeytokens.V
 	c.adopt(p, raw)
 	return p
 }
@@ -917,4 +919,32 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 			p.Limits.MirrorBodyBytes = l.MirrorBodyBytes.V
 		}
 	}
+}
+
+// Audit checkpoint defaults (audit.checkpoint_records, .checkpoint_interval).
+const (
+	defaultCheckpointRecords  = 1000
+	defaultCheckpointInterval = time.Minute
+)
+
+// auditSigning compiles the audit log's signing keys and checkpoint pace.
+func (c *compiler) auditSigning(p *Policy, a *rawAudit) {
+	if a.SignKey.V != "" {
+		p.Audit.SignKey = c.secretFile(a.SignKey, "audit.sign_key")
+	}
+	if a.SignKeyPrevious.V != "" {
+		if a.SignKey.V == "" {
+			c.errf(a.SignKeyPrevious.Line, "audit.sign_key_previous", "set without audit.sign_key: it only announces the new key")
+		}
+		p.Audit.SignKeyPrevious = c.secretFile(a.SignKeyPrevious, "audit.sign_key_previous")
+	}
+	p.Audit.CheckpointRecords = defaultCheckpointRecords
+	if a.CheckpointRecords.Line != 0 {
+		if a.CheckpointRecords.V <= 0 {
+			c.errf(a.CheckpointRecords.Line, "audit.checkpoint_records", "%d: must be positive", a.CheckpointRecords.V)
+		} else {
+			p.Audit.CheckpointRecords = a.CheckpointRecords.V
+		}
+	}
+	p.Audit.CheckpointInterval = c.duration(a.CheckpointInterval, "audit.checkpoint_interval", defaultCheckpointInterval)
 }

@@ -49,6 +49,8 @@ type rawConfig struct {
 	Limits     rawLimits     `yaml:"limits"`
 	Alerts     rawAlerts     `yaml:"alerts"`
 	Audit      rawAudit      `yaml:"audit"`
+	// Honeytokens places canary credentials in sandboxes egressd runs.
+	Honeytokens at[bool] `yaml:"honeytokens"`
 
 	UpstreamProxy *rawUpstreamProxy `yaml:"upstream_proxy"` // rules.go
 }
@@ -59,7 +61,11 @@ type rawAlerts struct {
 }
 
 type rawAudit struct {
-	OnError at[string] `yaml:"on_error"`
+	OnError            at[string] `yaml:"on_error"`
+	SignKey            at[string] `yaml:"sign_key"`
+	SignKeyPrevious    at[string] `yaml:"sign_key_previous"`
+	CheckpointRecords  at[int]    `yaml:"checkpoint_records"`
+	CheckpointInterval at[string] `yaml:"checkpoint_interval"`
 }
 
 type rawListen struct {

@@ -45,19 +45,20 @@ var allowed = map[string][]string{
 	"audit":           {"event"},
 	"selftest":        {},
 	"event":           {},
-	"proxy":           {"policy", "event", "inject"},
+	"honeytoken":      {}, // canary credentials and their scan: a leaf the data path asks
+	"proxy":           {"policy", "event", "inject", "honeytoken"},
 	"inject":          {"policy"},          // secrets of inject rules: reads files, nothing else
 	"presets":         {"policy"},          // writes a config, checked by the parser
 	"suggest":         {"policy", "event"}, // reads decision logs and prints: never changes a config
-	"dnsfilter":       {"policy"},
-	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan"},
-	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox"},
+	"dnsfilter":       {"policy", "event", "honeytoken"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan", "honeytoken"},
+	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox", "honeytoken"},
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
 	"selftest/plan":    {"policy", "proxy", "selftest"},
 	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
 	"selftest/probe":   {"selftest"},
-	"report":           {"event", "nft", "policy", "selftest"},
+	"report":           {"event", "nft", "policy", "selftest", "audit", "honeytoken"},
 	"deploy":           {},
 
 	"cmd/egressd":      {anyPackage},
