@@ -85,7 +85,12 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		x.closeTunnel(tn)
 		return
 	}
-	go x.runTunnel(context.WithoutCancel(r.Context()), tn) // net/http cancels r's context when ServeHTTP returns
+	ctx := context.WithoutCancel(r.Context()) // net/http cancels r's context when ServeHTTP returns
+	if !x.admitHello(ctx, tn) {
+		x.closeTunnel(tn)
+		return
+	}
+	go x.runTunnel(ctx, tn)
 }
 
 // writeDialError answers a CONNECT whose target failed the address checks

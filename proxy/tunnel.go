@@ -58,6 +58,8 @@ type tunnel struct {
 	// its inner requests are origin-form and its end is logged as
 	// "transparent tunnel".
 	transparent bool
+	// admitted: admitHello ran (and passed).
+	admitted bool
 
 	release func() // the identity's connection slot, given back on close
 	ids     []string
@@ -73,13 +75,15 @@ func (x *Proxy) openTunnel(tn *tunnel) {
 	tn.release, rq.release = rq.release, nil
 	tn.ids = rq.names()
 	x.m.tunnels.Inc()
+	x.mem.opened()
 	for _, id := range tn.ids {
 		x.ids.addTunnel(id, tn.client, rq)
 	}
 }
 
 // closeTunnel is where every tunnel closes, once: both connections, the
-// tracker's entries, the gauge and the connection slot.
+// tracker's entries, the gauge, the connection slot, and the memory a
+// closed wave of tunnels held (memoryReleaser).
 func (x *Proxy) closeTunnel(tn *tunnel) {
 	tn.once.Do(func() {
 		tn.client.Close()
@@ -93,6 +97,7 @@ func (x *Proxy) closeTunnel(tn *tunnel) {
 		if tn.release != nil {
 			tn.release()
 		}
+		x.mem.closed()
 	})
 }
 
@@ -105,9 +110,28 @@ func (x *Proxy) runTunnel(ctx context.Context, tn *tunnel) {
 	defer x.closeTunnel(tn)
 	if tn.rq.d.Inspect {
 		x.inspect(ctx, tn)
-	} else {
+	} else if x.admitHello(ctx, tn) {
 		x.splice(ctx, tn)
 	}
+}
+
+// admitHello runs a spliced tunnel's ClientHello checks, once: on a TLS
+// rule's tunnel and on any whose front read a hello. It reports false
+// when it cut the tunnel (logged). A front may call it before handing the
+// tunnel to runTunnel's goroutine: the CONNECT front does, on net/http's
+// goroutine, whose stack the decision and the dial have grown already —
+// on the tunnel's fresh goroutine crypto/tls's parser grew (and copied)
+// a new stack several times per tunnel.
+func (x *Proxy) admitHello(ctx context.Context, tn *tunnel) bool {
+	if tn.admitted || tn.rq.d.Inspect || (tn.hello == nil && !tn.rq.d.Rule.TLS) {
+		return true
+	}
+	tn.admitted = true
+	if reason, detail := x.tunnelHello(tn); reason != policy.ReasonAllowed {
+		x.cut(ctx, tn.rq, reason, detail)
+		return false
+	}
+	return true
 }
 
 // cut ends a tunnel egressd refuses after the 200: it is a denial, logged,
@@ -117,18 +141,12 @@ func (x *Proxy) cut(ctx context.Context, rq *request, reason policy.Reason, deta
 	x.logDecisionReason(ctx, rq, 0, reason, detail, 0, 0)
 }
 
-// splice runs a host-only tunnel: check the ClientHello (a TLS rule's,
-// or any the front read), dial unless the front did, replay the bytes
-// already read upstream and copy both ways (relay: read and write with a
-// buffer held only while data flows).
+// splice runs a host-only tunnel whose ClientHello passed admitHello:
+// dial unless the front did, replay the bytes already read upstream and
+// copy both ways (relay: read and write with a buffer held only while
+// data flows).
 func (x *Proxy) splice(ctx context.Context, tn *tunnel) {
 	rq := tn.rq
-	if tn.hello != nil || rq.d.Rule.TLS {
-		if reason, detail := x.tunnelHello(tn); reason != policy.ReasonAllowed {
-			x.cut(ctx, rq, reason, detail)
-			return
-		}
-	}
 	if tn.up == nil {
 		p := x.Policy()
 		dctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
