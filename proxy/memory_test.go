@@ -89,3 +89,24 @@ func TestTunnelCloseReleasesMemory(t *testing.T) {
 		t.Fatalf("after closing: %d tracked, %d releases scheduled, %d counted open; want 0, 1, 0", n, scheduled, h.px.mem.open.Load())
 	}
 }
+
+// TestTunnelKeepsNoResponseWriter: an open tunnel keeps nothing of
+// net/http's. Its request once kept the CONNECT's ResponseWriter, and with
+// it the connection's 4 KiB read and write buffers, for the tunnel's whole
+// life: about half of an idle tunnel's heap.
+func TestTunnelKeepsNoResponseWriter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testConfig, testNames)
+	_, port := splitPort(echoServer(t))
+	c := h.connect(t, "ssh.test:"+port)
+	defer c.Close()
+	open := h.px.ids.openTunnels()
+	if len(open) != 1 {
+		t.Fatalf("%d tunnels tracked, want 1", len(open))
+	}
+	for _, rq := range open {
+		if rq.w != nil {
+			t.Errorf("the open tunnel's request keeps the CONNECT's ResponseWriter (%T)", rq.w)
+		}
+	}
+}

@@ -73,6 +73,10 @@ type tunnel struct {
 func (x *Proxy) openTunnel(tn *tunnel) {
 	rq := tn.rq
 	tn.release, rq.release = rq.release, nil
+	// The tunnel outlives its CONNECT request and keeps nothing of
+	// net/http's: the ResponseWriter holds the connection's buffers
+	// (8 KiB per idle tunnel when it was kept).
+	rq.w = nil
 	tn.ids = rq.names()
 	x.m.tunnels.Inc()
 	x.mem.opened()
