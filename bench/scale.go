@@ -218,10 +218,14 @@ func scaleTunnels(o *options, or *origin, dir string) error {
 	fmt.Printf("Setup: %d tunnels in %.1f s (%.0f/s, 32 at a time), proxy CPU %.0f µs per tunnel. ", opened, setup.Seconds(), float64(opened)/setup.Seconds(), float64(cpuSetup.Microseconds())/float64(max(opened, 1)))
 	fmt.Printf("Memory: %.1f KiB RSS per idle tunnel; peak RSS %.1f MiB (goal < 300 MiB %s). ", perTunnel/1024, mib(hwm), okIf(true, hwm < 300<<20))
 	fmt.Printf("After close: back to baseline in %.1f s; leaked goroutines %.0f, leaked fds %.0f (goal 0 %s). ", drain.Seconds(), max(leakG, 0), max(leakF, 0), okIf(true, leakG <= 0 && leakF <= 0))
+	share := 0.0
+	if grown := max(rssHeld, rssAfter) - rssBefore; grown > 0 {
+		share = float64(max(rssAfter, rssHeld)-rssMinute) / float64(grown)
+	}
 	if back >= 0 {
 		fmt.Printf("Memory given back (RSS within 10 %% of the tunnels' growth over the baseline) %.1f s after close (goal ≤ %s %s).\n", back.Seconds(), giveBackWindow, okIf(true, back <= giveBackWindow))
 	} else {
-		fmt.Printf("Memory not given back within %s: RSS %.1f MiB, baseline %.1f MiB (goal ≤ %s %s).\n", giveBackWindow, mib(rssMinute), mib(rssBefore), giveBackWindow, okIf(true, false))
+		fmt.Printf("Memory given back within %s: %.0f %% of the tunnels' growth (RSS %.1f MiB, baseline %.1f MiB; goal: within 10 %% of the baseline %s).\n", giveBackWindow, 100*share, mib(rssMinute), mib(rssBefore), okIf(true, false))
 	}
 	fmt.Printf("Memory per open tunnel: %.1f KiB (goal ≤ 20 KiB %s). ", perTunnel/1024, okIf(true, perTunnel <= 20<<10))
 	fmt.Printf("The Go runtime %s after close: %.1f MiB from the system, heap idle %.1f MiB (%.1f MiB of it released), GC metadata %.1f MiB, spans %.1f MiB, other %.1f MiB.\n",
