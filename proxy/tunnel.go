@@ -107,9 +107,10 @@ func (x *Proxy) closeTunnel(tn *tunnel) {
 
 // runTunnel runs an open tunnel to its end: splice a host-only rule after
 // the ClientHello checks, or inspect (terminate TLS with egressd's CA and
-// serve the requests inside). It runs on its own goroutine: a tunnel can
-// stay open for hours, and the goroutine that accepted it (net/http's,
-// with its deep stack and buffers) ends.
+// serve the requests inside). The CONNECT front runs it on a fresh
+// goroutine: a tunnel can stay open for hours, and net/http's goroutine,
+// with its deep stack and buffers, ends. A transparent connection's
+// goroutine is its tunnel's from the start.
 func (x *Proxy) runTunnel(ctx context.Context, tn *tunnel) {
 	defer x.closeTunnel(tn)
 	if tn.rq.d.Inspect {
