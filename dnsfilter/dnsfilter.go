@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egressd/egressd/dnsclient"
 	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/policy"
@@ -77,11 +78,11 @@ type Config struct {
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
 type Server struct {
-	policy  func() *policy.Policy
-	log     *slog.Logger
-	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
-	timeout time.Duration
-	limits  limiters
+	policy func() *policy.Policy
+	log    *slog.Logger
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	up     *dnsclient.Client // asks the upstreams and checks their answers
+	limits limiters
 
 	queries *prometheus.CounterVec // by result
 	refused *prometheus.CounterVec // names answered NXDOMAIN by policy, by identity
@@ -105,12 +106,11 @@ var _ dns.Handler = (*Server)(nil)
 var ErrServerClosed = errors.New("dnsfilter: server closed")
 
 const (
-	defaultTimeout = 1500 * time.Millisecond
-	queryBudget    = 4 * time.Second
+	queryBudget = 4 * time.Second
 
-	// ednsSize is the UDP payload size advertised upstream and to clients
-	// (the DNS Flag Day 2020 value: no IP fragmentation).
-	ednsSize = 1232
+	// ednsSize is the UDP payload size advertised to clients, the one
+	// advertised upstream.
+	ednsSize = dnsclient.EDNSSize
 
 	maxNameLen    = 253 // presentation form without the final dot (255 on the wire)
 	maxLabelLen   = 63
@@ -160,7 +160,6 @@ func New(c Config) (*Server, error) {
 		policy:  c.Policy,
 		log:     c.Logger,
 		dial:    c.Dial,
-		timeout: c.Timeout,
 		limits:  limiters{clients: map[netip.Addr]*client{}},
 		budget:  c.NameBudget,
 		gate:    c.Gate,
@@ -187,9 +186,7 @@ func New(c Config) (*Server, error) {
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
-	if s.timeout <= 0 {
-		s.timeout = defaultTimeout
-	}
+	s.up = &dnsclient.Client{Dial: s.dial, Timeout: c.Timeout}
 	for _, r := range allResults {
 		s.queries.WithLabelValues(r)
 	}

@@ -35,10 +35,9 @@ type scanConn struct {
 
 	mu       sync.Mutex
 	heads    []headInfo // parsed but not yet claimed by a handler
-	onClose  func()
-	release  func()   // the client connection slot (admitClient); nil inside tunnels
-	refusal  *refusal // set by scan: the head is over a limit
-	refused  error    // returned by every Read once the refusal is sent
+	release  func()     // the client connection slot (admitClient); nil inside tunnels
+	refusal  *refusal   // set by scan: the head is over a limit
+	refused  error      // returned by every Read once the refusal is sent
 	onRefuse func(refusal)
 	headSize int // bytes of the current head so far
 	lineNo   int // lines of the current head so far
@@ -316,23 +315,13 @@ func lastToken(v []byte) []byte {
 	return bytes.TrimSpace(v)
 }
 
-// setOnClose registers f to run once when the connection closes.
-func (c *scanConn) setOnClose(f func()) {
-	c.mu.Lock()
-	c.onClose = f
-	c.mu.Unlock()
-}
-
-// Close closes the connection and runs the close hook once.
+// Close closes the connection and gives back its slot once.
 func (c *scanConn) Close() error {
 	err := c.Conn.Close()
 	c.mu.Lock()
-	f, rel := c.onClose, c.release
-	c.onClose, c.release = nil, nil
+	rel := c.release
+	c.release = nil
 	c.mu.Unlock()
-	if f != nil {
-		f()
-	}
 	if rel != nil {
 		rel()
 	}

@@ -140,6 +140,7 @@ type Proxy struct {
 	helloTimeout time.Duration
 
 	acceptLog rateLog
+	mem       memoryReleaser // gives memory back after a wave of tunnels closes
 
 	mu      sync.Mutex
 	self    map[netip.AddrPort]bool // egressd's own listeners (proxy loop)
