@@ -52,4 +52,5 @@ var (
 	CheckMirrorBody = classify.CheckMirrorBody
 	CheckedBody     = classify.CheckedBody
 	PublishProbe    = classify.PublishProbe
+	MirrorNames     = classify.MirrorNames
 )
