@@ -53,4 +53,5 @@ var (
 	CheckedBody     = classify.CheckedBody
 	PublishProbe    = classify.PublishProbe
 	MirrorNames     = classify.MirrorNames
+	BasePathOK      = classify.BasePathOK
 )
