@@ -130,3 +130,24 @@ func FuzzBasePathRouting(f *testing.F) {
 		}
 	})
 }
+
+// TestParentPortWarnings: with an upstream proxy, a port a rule lists
+// (other than 80 and 443, whose controls the self-test derives) that no
+// positive control uses is a validate warning.
+func TestParentPortWarnings(t *testing.T) {
+	cfg := "version: 1\nupstream_proxy:\n  address: 10.9.9.9:3128\nallow:\n  - name: nexus\n    hosts: [nexus.example]\n    ports: [8081, 443]\n    mirror: npm\n    base_path: /repository/npm\nselftest:\n  expect_reachable: [%s]\n"
+	for _, tc := range []struct {
+		controls string
+		warn     bool
+	}{{"https://nexus.example/repository/npm/-/ping", true}, {"http://nexus.example:8081/repository/npm/-/ping", false}} {
+		p := mustParse(t, strings.Replace(cfg, "%s", tc.controls, 1))
+		got := strings.Contains(strings.Join(p.Warnings(), "\n"), "reaches port 8081 through upstream_proxy")
+		if got != tc.warn {
+			t.Errorf("controls %s: warning %v, want %v: %v", tc.controls, got, tc.warn, p.Warnings())
+		}
+	}
+	p := mustParse(t, strings.Replace(strings.Replace(cfg, "upstream_proxy:\n  address: 10.9.9.9:3128\n", "", 1), "%s", "", 1))
+	if strings.Contains(strings.Join(p.Warnings(), "\n"), "upstream_proxy") {
+		t.Errorf("a warning about upstream_proxy without one: %v", p.Warnings())
+	}
+}

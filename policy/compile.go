@@ -257,6 +257,7 @@ func (c *compiler) ruleTargets(r *Rule, rr *rawRule, f string) {
 	if len(rr.Ports) == 0 {
 		r.ports = defaultPorts
 	}
+	r.portsGiven = len(rr.Ports) > 0
 	for j, s := range rr.Ports {
 		if pr, ok := c.portRange(s, fmt.Sprintf("%s.ports[%d]", f, j)); ok {
 			r.ports = append(r.ports, pr)
