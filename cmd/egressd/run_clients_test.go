@@ -84,15 +84,7 @@ func (r *registries) ServeHTTP(w http.ResponseWriter, q *http.Request) {
 	case "npm.test":
 		switch q.URL.Path {
 		case "/" + npmPkg:
-			s1 := sha1.Sum(r.tgz)
-			s512 := sha512.Sum512(r.tgz)
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]any{
-				"name": npmPkg, "dist-tags": map[string]string{"latest": "1.0.0"},
-				"versions": map[string]any{"1.0.0": map[string]any{"name": npmPkg, "version": "1.0.0",
-					"dist": map[string]string{"tarball": "https://npm.test/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz",
-						"shasum": hex.EncodeToString(s1[:]), "integrity": "sha512-" + base64.StdEncoding.EncodeToString(s512[:])}}},
-			})
+			writePackument(w, r.tgz, "https://npm.test")
 		case "/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz":
 			w.Write(r.tgz)
 		default:
@@ -118,6 +110,20 @@ func (r *registries) ServeHTTP(w http.ResponseWriter, q *http.Request) {
 	default:
 		http.NotFound(w, q)
 	}
+}
+
+// writePackument answers with npmPkg's packument: one version, 1.0.0, whose
+// tarball (tgz) the registry at registry serves.
+func writePackument(w http.ResponseWriter, tgz []byte, registry string) {
+	s1 := sha1.Sum(tgz)
+	s512 := sha512.Sum512(tgz)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"name": npmPkg, "dist-tags": map[string]string{"latest": "1.0.0"},
+		"versions": map[string]any{"1.0.0": map[string]any{"name": npmPkg, "version": "1.0.0",
+			"dist": map[string]string{"tarball": registry + "/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz",
+				"shasum": hex.EncodeToString(s1[:]), "integrity": "sha512-" + base64.StdEncoding.EncodeToString(s512[:])}}},
+	})
 }
 
 func zipOf(t *testing.T, files map[string]string) []byte {

@@ -3,12 +3,7 @@
 package main
 
 import (
-	"crypto/sha1"
 	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -59,15 +54,7 @@ func (p *prefixRegistries) ServeHTTP(w http.ResponseWriter, q *http.Request) {
 	case "artifactory.test " + artBase + "/simple/egtest/":
 		page("../../packages/packages/01/23/" + artHash + "/" + wheel)
 	case "nexus.test " + nexusBase + "/" + npmPkg:
-		s1 := sha1.Sum(p.pkgs.tgz)
-		s512 := sha512.Sum512(p.pkgs.tgz)
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{
-			"name": npmPkg, "dist-tags": map[string]string{"latest": "1.0.0"},
-			"versions": map[string]any{"1.0.0": map[string]any{"name": npmPkg, "version": "1.0.0",
-				"dist": map[string]string{"tarball": "https://nexus.test" + nexusBase + "/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz",
-					"shasum": hex.EncodeToString(s1[:]), "integrity": "sha512-" + base64.StdEncoding.EncodeToString(s512[:])}}},
-		})
+		writePackument(w, p.pkgs.tgz, "https://nexus.test"+nexusBase)
 	case "nexus.test " + nexusBase + "/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz":
 		w.Write(p.pkgs.tgz)
 	default:
@@ -82,7 +69,7 @@ func (p *prefixRegistries) requests() []string {
 	return append([]string(nil), p.seen...)
 }
 
-const prefixConfig = `version: 1
+var prefixConfig = `version: 1
 resolver:
   upstreams: ["203.0.113.53:53"]
 upstream_ca: {CA}
@@ -105,16 +92,7 @@ allow:
     cidrs: [203.0.113.0/24]
     mirror: npm
     base_path: ` + nexusBase + `
-selftest:
-  timeout: 1s
-  tcp: [203.0.113.100:8080]
-  udp: [203.0.113.100:123]
-  ipv6: ["[2001:db8:2::100]:8080"]
-  resolvers: [203.0.113.53:53]
-  metadata: [169.254.169.254]
-  canary_name: canary.test
-  canary_url: http://canary.test/
-`
+` + clientsConfig[strings.Index(clientsConfig, "selftest:"):] // the same self-test
 
 // TestRunRealClientsUnderPrefix (issue 23): pip installs from a devpi index
 // and from an Artifactory PyPI remote, npm from a Nexus npm proxy, each
