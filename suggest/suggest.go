@@ -227,23 +227,38 @@ func commonSegments(reqs []policy.Request) []string {
 	return common
 }
 
+// layouts are the repository prefixes of repository managers, segment by
+// segment ("*": any one segment): Artifactory, Nexus, GitLab (project,
+// group and instance level) and devpi (an index before +simple or +f).
+var layouts = [][]string{
+	{"artifactory", "api", "*", "*"},
+	{"api", "v4", "projects", "*", "packages", "*"},
+	{"api", "v4", "groups", "*", "-", "packages", "*"},
+	{"api", "v4", "packages", "*"},
+	{"artifactory", "*"},
+	{"repository", "*"},
+	{"*", "*", "+simple"},
+	{"*", "*", "+f"},
+}
+
 // layoutDepth is how many of the leading segments s name one repository
-// on a repository manager (Artifactory, Nexus, GitLab, devpi), or 0.
+// on a repository manager, or 0.
 func layoutDepth(s []string) int {
-	at := func(i int, v string) bool { return i < len(s) && s[i] == v }
-	switch {
-	case at(0, "artifactory") && at(1, "api") && len(s) >= 4:
-		return 4 // /artifactory/api/<eco>/<repo>
-	case at(0, "artifactory") && len(s) >= 2, at(0, "repository") && len(s) >= 2:
-		return 2 // /artifactory/<repo>, /repository/<repo>
-	case at(0, "api") && at(1, "v4") && at(2, "projects") && at(4, "packages") && len(s) >= 6:
-		return 6 // /api/v4/projects/<id>/packages/<eco>
-	case at(0, "api") && at(1, "v4") && at(2, "groups") && at(4, "-") && at(5, "packages") && len(s) >= 7:
-		return 7 // /api/v4/groups/<id>/-/packages/<eco>
-	case at(0, "api") && at(1, "v4") && at(2, "packages") && len(s) >= 4:
-		return 4 // /api/v4/packages/<eco>
-	case len(s) >= 3 && (s[2] == "+simple" || s[2] == "+f"):
-		return 2 // devpi /<user>/<index>
+	for _, l := range layouts {
+		if len(s) < len(l) {
+			continue
+		}
+		ok := true
+		for i, x := range l {
+			ok = ok && (x == "*" || s[i] == x)
+		}
+		if !ok {
+			continue
+		}
+		if x := l[len(l)-1]; x[0] == '+' {
+			return len(l) - 1 // devpi: the index, not its +simple
+		}
+		return len(l)
 	}
 	return 0
 }

@@ -253,3 +253,18 @@ func FuzzUnderBasePath(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckMirrorBasePathAllocs: a base_path costs no allocation beyond
+// what the same check at the root costs.
+func TestCheckMirrorBasePathAllocs(t *testing.T) {
+	o := &MirrorOptions{BasePath: "/repository/npm-proxy"}
+	r := &Request{Method: "GET", Path: "/repository/npm-proxy/express/-/express-4.21.2.tgz"}
+	root := &Request{Method: "GET", Path: "/express/-/express-4.21.2.tgz"}
+	based := testing.AllocsPerRun(100, func() { CheckMirror(MirrorNPM, r, o) })
+	if at := testing.AllocsPerRun(100, func() { CheckMirror(MirrorNPM, root, nil) }); based > at {
+		t.Errorf("%v allocations per check under a base_path, %v at the root", based, at)
+	}
+	if !CheckMirror(MirrorNPM, r, o).Allow {
+		t.Error("the tarball is refused")
+	}
+}

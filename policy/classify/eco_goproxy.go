@@ -58,18 +58,25 @@ func checkGoProxy(c *mirrorCheck) MirrorVerdict {
 	if k == 0 || k == n || !isGoModule(s[:k]) {
 		return mdeny("goproxy: path outside download grammar")
 	}
-	switch {
-	case s[k] == "@latest" && n == k+1:
-	case s[k] == "@v" && n == k+2 && s[k+1] == "list":
-	case s[k] == "@v" && n == k+2 && isGoVersionFile(s[k+1]):
-	case s[k] == "@v" && n == k+2 && isGoCommitInfo(s[k+1]):
-	default:
+	if !goModuleFile(s[k:]) {
 		return mdeny("goproxy: path outside download grammar")
 	}
 	if !c.modulePrefixOK(s[:k]) {
 		return mdeny("goproxy: module outside module-prefixes")
 	}
 	return mallow
+}
+
+// goModuleFile reports whether s, from the module's "@" segment on, is
+// @latest, @v/list, @v/<version>.info|.mod|.zip or @v/<commit>.info.
+func goModuleFile(s []string) bool {
+	switch {
+	case len(s) == 1:
+		return s[0] == "@latest"
+	case len(s) == 2 && s[0] == "@v":
+		return s[1] == "list" || isGoVersionFile(s[1]) || isGoCommitInfo(s[1])
+	}
+	return false
 }
 
 // checkSumDB checks /latest, /lookup/<module>@<version> and

@@ -82,26 +82,28 @@ func checkNPM(c *mirrorCheck) MirrorVerdict {
 	if c.r.Query != "" {
 		return mdeny(rNoQuery)
 	}
-	if !c.p.dir {
-		switch len(rest) {
-		case 0:
-			return mallow
-		case 1:
-			if rest[0][0] != '-' && csNPMVer.span(rest[0], 64) {
-				return mallow
-			}
-		case 2:
-			if rest[0] == "-" && npmTarball(rest[1], name) {
-				return mallow
-			}
-		case 3:
-			// GitLab names a scoped tarball /@scope/name/-/@scope/name-1.0.0.tgz.
-			if rest[0] == "-" && s[0][0] == '@' && rest[1] == s[0] && npmTarball(rest[2], name) {
-				return mallow
-			}
-		}
+	if !c.p.dir && npmReadPath(s[0], name, rest) {
+		return mallow
 	}
 	return mdeny("npm: path outside download grammar")
+}
+
+// npmReadPath reports whether rest, after the package (first segment
+// first, name without its scope), is the packument, a version manifest or
+// the package's tarball.
+func npmReadPath(first, name string, rest []string) bool {
+	switch len(rest) {
+	case 0:
+		return true
+	case 1:
+		return rest[0][0] != '-' && csNPMVer.span(rest[0], 64)
+	case 2:
+		return rest[0] == "-" && npmTarball(rest[1], name)
+	case 3:
+		// GitLab names a scoped tarball /@scope/name/-/@scope/name-1.0.0.tgz.
+		return rest[0] == "-" && first[0] == '@' && rest[1] == first && npmTarball(rest[2], name)
+	}
+	return false
 }
 
 func checkNPMDash(c *mirrorCheck, s []string) MirrorVerdict {

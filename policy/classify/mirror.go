@@ -100,8 +100,10 @@ type mirrorCheck struct {
 	r    *Request
 	o    *MirrorOptions
 	read bool // GET or HEAD
-	// based: the rule names a base_path; r.Path is the path below it.
+	// based: the rule names a base_path; r points at below, whose Path
+	// is the path below it (held here, so it costs no allocation of its own).
 	based bool
+	below Request
 	p     mirrorPath
 }
 
@@ -142,9 +144,9 @@ func CheckMirror(m Mirror, r *Request, o *MirrorOptions) MirrorVerdict {
 		if !ok {
 			return mdeny(rOutsideBase)
 		}
-		below := *r
-		below.Path = rest
-		c.r, c.based = &below, true
+		c.below = *r
+		c.below.Path = rest
+		c.r, c.based = &c.below, true
 	}
 	r = c.r
 	if r.Method == "GET" || r.Method == "HEAD" {
