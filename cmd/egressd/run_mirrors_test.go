@@ -57,6 +57,11 @@ func (p *prefixRegistries) ServeHTTP(w http.ResponseWriter, q *http.Request) {
 		writePackument(w, p.pkgs.tgz, "https://nexus.test"+nexusBase)
 	case "nexus.test " + nexusBase + "/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz":
 		w.Write(p.pkgs.tgz)
+	case "nexus.test " + nexusBase + "/-/ping":
+		fmt.Fprint(w, "{}")
+	case "nexus.test " + nexusBase + "/-/v1/search":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"objects":[{"package":{"name":%q,"version":"1.0.0","description":"egressd test package","date":"2026-01-01T00:00:00.000Z","links":{},"publisher":{"username":"t"},"maintainers":[{"username":"t"}]}}],"total":1}`, npmPkg)
 	default:
 		http.NotFound(w, q) // UI, login and REST API paths: never reached
 	}
@@ -137,6 +142,17 @@ func TestRunRealClientsUnderPrefix(t *testing.T) {
 			t.Errorf("%s inside egressd run: exit %d\n%s", s.name, code, out)
 		}
 	}
+	// What npm asks besides installing: ping and search are reads; audit
+	// (on by default in npm install) uploads the dependency tree and is
+	// refused, which the run summary explains.
+	npmOpts := ` --registry https://nexus.test` + nexusBase + `/ --no-update-notifier`
+	if out, code := l.run(t, flags, "sh", "-c", `npm ping`+npmOpts+` && npm search --json`+npmOpts+` egtest`); code != 0 || !strings.Contains(out, `"egtest"`) {
+		t.Errorf("npm ping and search through the Nexus prefix: exit %d\n%s", code, out)
+	}
+	out, code := l.run(t, flags, "sh", "-c", `mkdir -p "$HOME/auditproj" && cd "$HOME/auditproj" && echo '{"name":"proj","version":"1.0.0"}' > package.json && npm install --no-fund`+npmOpts+` egtest && test -f node_modules/egtest/index.js`)
+	if code != 0 || !strings.Contains(out, "npm audit was refused (1)") || !strings.Contains(out, "audit=false") {
+		t.Errorf("npm install with audit on: exit %d, want 0 and the summary naming the refused audit\n%s", code, out)
+	}
 	reads := reg.requests()
 	for _, want := range []string{
 		"GET devpi.test" + devpiBase + "/+f/0ab/0123456789abc/" + reg.pkgs.wheelName,
@@ -145,6 +161,11 @@ func TestRunRealClientsUnderPrefix(t *testing.T) {
 	} {
 		if !strings.Contains(strings.Join(reads, "\n"), want) {
 			t.Errorf("the origin never served %q: %v", want, reads)
+		}
+	}
+	for _, r := range reads {
+		if !strings.HasPrefix(r, "GET ") {
+			t.Errorf("a write reached the origin during the reads: %s", r)
 		}
 	}
 
