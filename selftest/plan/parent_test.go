@@ -60,3 +60,28 @@ selftest:
 		})
 	}
 }
+
+// TestPublishProbeUnderBasePath: a mirror rule with a base_path is probed
+// with its ecosystem's publish under that prefix, where the repository
+// is, so the grammar (not the prefix check) must refuse it.
+func TestPublishProbeUnderBasePath(t *testing.T) {
+	p := mustPolicy(t, `version: 1
+allow:
+  - name: nexus-npm
+    hosts: [nexus.example]
+    mirror: npm
+    base_path: /repository/npm-hosted
+`)
+	var found bool
+	for _, q := range Derive(p, nil).Refused {
+		if q.ID == "mirror-publish/nexus-npm" {
+			found = true
+			if q.URL != "https://nexus.example/repository/npm-hosted/egressd-selftest" || q.Method != "PUT" || q.Reason != "mirror" {
+				t.Errorf("publish probe %+v, want PUT under the base_path refused by the grammar", q)
+			}
+		}
+	}
+	if !found {
+		t.Error("no publish probe for the base_path rule")
+	}
+}

@@ -244,6 +244,9 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 		if r.Mirror != policy.MirrorNone {
 			// Each ecosystem declares its publish probe (policy/classify).
 			if q, ok := policy.PublishProbe(r.Mirror); ok {
+				if bp := r.MirrorOp.BasePath; bp != "/" {
+					base += bp // where the repository is: its grammar must refuse
+				}
 				add("mirror-publish/"+r.Name, fmt.Sprintf("proxy: %s publish on mirror rule %s", r.Mirror, r.Name), base, q.Method, q.Path, q.ContentType, q.Body)
 			}
 			continue
