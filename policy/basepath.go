@@ -32,18 +32,25 @@ func (p *Policy) routeBase(t *Target, v view, path string) *Rule {
 			best = r
 		}
 	}
-	if t.Addr.IsValid() {
-		info := ClassifyAddr(t.Addr)
-		for _, i := range p.cidrRule {
-			r := p.Rules[i]
-			if r.coversAddr(t.Addr) && (info.Class == ClassPublic || r.unlocks(t.Addr, info)) {
-				consider(r)
-			}
-		}
-	} else {
-		p.eachNameRule(t.Name, func(idx int32, _ bool) { consider(p.Rules[idx]) })
-	}
+	p.eachTargetRule(t, consider)
 	return best
+}
+
+// eachTargetRule calls fn with every rule that covers the target's name,
+// or its address (a special-use one only where the rule unlocks it), on
+// any port and in any view.
+func (p *Policy) eachTargetRule(t *Target, fn func(r *Rule)) {
+	if !t.Addr.IsValid() {
+		p.eachNameRule(t.Name, func(idx int32, _ bool) { fn(p.Rules[idx]) })
+		return
+	}
+	info := ClassifyAddr(t.Addr)
+	for _, i := range p.cidrRule {
+		r := p.Rules[i]
+		if r.coversAddr(t.Addr) && (info.Class == ClassPublic || r.unlocks(t.Addr, info)) {
+			fn(r)
+		}
+	}
 }
 
 // basePaths refuses configs whose base_path rules cannot work as written:
@@ -123,14 +130,6 @@ func (p *Policy) baseDetail(t *Target, v view) string {
 			bases = append(bases, r.MirrorOp.BasePath)
 		}
 	}
-	if t.Addr.IsValid() {
-		for _, i := range p.cidrRule {
-			if r := p.Rules[i]; r.coversAddr(t.Addr) {
-				seen(r)
-			}
-		}
-	} else {
-		p.eachNameRule(t.Name, func(idx int32, _ bool) { seen(p.Rules[idx]) })
-	}
+	p.eachTargetRule(t, seen)
 	return "path outside every base_path on this host (" + strings.Join(bases, ", ") + ")"
 }

@@ -120,9 +120,10 @@ func mdeny(reason string) MirrorVerdict { return MirrorVerdict{Reason: reason} }
 
 var mallow = MirrorVerdict{Allow: true}
 
-// CheckMirror checks r against the download grammar of m. o may be nil. It
-// never allocates for an unescaped path, and fails closed: anything outside
-// the grammar is denied with a reason.
+// CheckMirror checks r against the download grammar of m. o may be nil.
+// For an unescaped path it allocates nothing but its own state (the check
+// escapes into the grammar's function value), with a base_path too. It
+// fails closed: anything outside the grammar is denied with a reason.
 func CheckMirror(m Mirror, r *Request, o *MirrorOptions) MirrorVerdict {
 	if r == nil {
 		return mdeny("mirror: no request")
