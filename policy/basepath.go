@@ -2,7 +2,7 @@ package policy
 
 import (
 	"fmt"
-	"slices"
+	"iter"
 	"strings"
 
 	"github.com/egressd/egressd/policy/classify"
@@ -62,19 +62,38 @@ func (c *compiler) basePaths(rules []*Rule, raw []rawRule) {
 		rule *Rule
 		base string
 	}
-	if !slices.ContainsFunc(rules, func(r *Rule) bool { return r.MirrorOp.BasePath != "" }) {
-		return // big host lists without base_path pay nothing
+	keysOf := func(r *Rule) iter.Seq[string] {
+		return func(yield func(string) bool) {
+			for h := range r.Hosts.All() {
+				if !yield(h) {
+					return
+				}
+			}
+			for _, pr := range r.CIDRs {
+				if !yield(pr.String()) {
+					return
+				}
+			}
+		}
 	}
+	// Only the hosts of base_path rules are compared: a big hosts file
+	// elsewhere costs a lookup per name, not a map entry.
 	seen := map[string][]owner{}
 	for _, r := range rules {
-		keys := make([]string, 0, r.Hosts.Len()+len(r.CIDRs))
-		for h := range r.Hosts.All() {
-			keys = append(keys, h)
+		if r.MirrorOp.BasePath != "" {
+			for k := range keysOf(r) {
+				seen[k] = nil
+			}
 		}
-		for _, pr := range r.CIDRs {
-			keys = append(keys, pr.String())
-		}
-		for _, k := range keys {
+	}
+	if len(seen) == 0 {
+		return
+	}
+	for _, r := range rules {
+		for k := range keysOf(r) {
+			if _, ok := seen[k]; !ok {
+				continue
+			}
 			for _, o := range seen[k] {
 				if !r.sharesView(o.rule) || !r.sharesPort(o.rule) {
 					continue
