@@ -151,3 +151,26 @@ func TestParentPortWarnings(t *testing.T) {
 		t.Errorf("a warning about upstream_proxy without one: %v", p.Warnings())
 	}
 }
+
+// BenchmarkDecideBasePath: a request routed among a host's base_path rules,
+// against one on a root mirror rule.
+func BenchmarkDecideBasePath(b *testing.B) {
+	p := mustParse(b, repoHostConfig)
+	for _, u := range []string{
+		"https://repo.example.com/artifactory/api/npm/npm-remote/express/-/express-4.21.2.tgz",
+		"https://npm.example.com/express/-/express-4.21.2.tgz",
+	} {
+		tg, err := ParseURL(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(tg.Name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !p.DecideRequest(&tg, "GET", "", 0).Allow {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}
