@@ -91,6 +91,7 @@ type rawRule struct {
 	Paths          []at[string] `yaml:"paths"`
 	Mirror         at[string]   `yaml:"mirror"`
 	ModulePrefixes []at[string] `yaml:"module_prefixes"`
+	BasePath       at[string]   `yaml:"base_path"`
 	ReadPosts      []at[string] `yaml:"read_posts"`
 	TLS            *at[bool]    `yaml:"tls"`
 	Upgrade        []at[string] `yaml:"upgrade"`

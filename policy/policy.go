@@ -216,8 +216,13 @@ type Rule struct {
 	// nil: none. A rule with Inject is never host-only: it is inspected.
 	Inject *Inject
 
-	inlineHosts int // hosts written in the YAML, not in hosts_files (Warnings)
+	inlineHosts int  // hosts written in the YAML, not in hosts_files (Warnings)
+	portsGiven  bool // the rule lists its ports (not the default 80 and 443)
 }
+
+// PortsGiven reports whether the rule lists its ports: a port it names is
+// one its clients use, where the default [80, 443] may be only half used.
+func (r *Rule) PortsGiven() bool { return r.portsGiven }
 
 type portRange struct{ lo, hi uint16 }
 

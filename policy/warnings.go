@@ -12,6 +12,9 @@ func (p *Policy) Warnings() []string {
 	if p.Selftest.CanaryName == "" && p.Selftest.CanaryURL == "" {
 		w = append(w, "selftest has no canary_name or canary_url: nothing checks that an unlisted name and URL are refused; add one that no rule allows")
 	}
+	if p.UpstreamProxy != nil {
+		w = append(w, p.parentPortWarnings()...)
+	}
 	for _, r := range p.Rules {
 		if r.inlineHosts > bigInlineHosts {
 			w = append(w, fmt.Sprintf("allow[%d] (%q) lists %d hosts inline: move them to allow[].hosts_files (one pattern a line), which a list this long loads from faster and in less memory, at start and at every reload (inline, only runs of bare names skip the YAML parser's node per entry; entries with comments or other forms load several times slower)", r.Index, r.Name, r.inlineHosts))
@@ -25,3 +28,30 @@ func (p *Policy) Warnings() []string {
 // loads slower and larger than from hosts_files, and uncut (entries with
 // comments) several times so.
 const bigInlineHosts = 10_000
+
+// parentPortWarnings names the ports rules list, other than 80 and 443,
+// that no positive control reaches: a parent proxy that refuses CONNECT to
+// one breaks the rules using it while the self-test passes. (For 80 and
+// 443 the self-test derives a control from a rule when none is given.)
+func (p *Policy) parentPortWarnings() []string {
+	covered := map[uint16]bool{}
+	for _, u := range p.Selftest.ExpectReachable {
+		if t, err := ParseURL(u); err == nil {
+			covered[t.Port] = true
+		}
+	}
+	var w []string
+	for _, r := range p.Rules {
+		if !r.portsGiven {
+			continue
+		}
+		for _, pr := range r.ports {
+			if pr.lo != pr.hi || pr.lo == 80 || pr.lo == 443 || covered[pr.lo] {
+				continue
+			}
+			covered[pr.lo] = true
+			w = append(w, fmt.Sprintf("allow[%d] (%q) reaches port %d through upstream_proxy, and no selftest.expect_reachable URL uses that port: a parent that refuses CONNECT to it breaks the rule while the self-test passes; add a control URL on port %d", r.Index, r.Name, pr.lo, pr.lo))
+		}
+	}
+	return w
+}

@@ -21,13 +21,25 @@ type preset struct {
 	// needsHost: the preset has no built-in host; the operator names the
 	// registry (or internal mirror) as name=HOST.
 	needsHost string
+	// hostControl is the path of the positive control on the named host.
+	hostControl string
+	// artifactory and nexus are the base_path of a repository of this kind
+	// on those products ("" : none shown); the rule shows them commented.
+	artifactory, nexus string
 }
+
+// A registry run by the company: the same rule with the product's host
+// and the repository's base_path (docs/MIRRORS.md has every product).
+const repoManagers = "\n    # On Artifactory or Nexus instead, one rule per repository (<repo> is its name):\n" +
+	"    #   Artifactory: hosts: [artifactory.example.com]\n    #     base_path: %s\n" +
+	"    #   Nexus:       hosts: [nexus.example.com]\n    #     base_path: %s"
 
 var presets = map[string]preset{
 	"pypi": {
-		comment: "Python packages, download-only (no upload, no login).",
-		rule:    "name: pypi\n    hosts: [pypi.org, files.pythonhosted.org]\n    ports: [443]\n    mirror: pypi",
-		control: "https://pypi.org/simple/",
+		comment:     "Python packages, download-only (no upload, no login).",
+		rule:        "name: pypi\n    hosts: [pypi.org, files.pythonhosted.org]\n    ports: [443]\n    mirror: pypi",
+		control:     "https://pypi.org/simple/",
+		artifactory: "/artifactory/api/pypi/<repo>", nexus: "/repository/<repo>",
 	},
 	"crates": {
 		comment: "Rust crates, download-only (no publish).",
@@ -35,14 +47,52 @@ var presets = map[string]preset{
 		control: "https://index.crates.io/config.json",
 	},
 	"npm": {
-		comment:   "npm packages from the registry you named, download-only (no publish, no login).",
-		rule:      "name: npm\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: npm",
-		needsHost: "the npm registry or your internal mirror, e.g. npm=npm.internal.example",
+		comment:     "npm packages from the registry you named, download-only (no publish, no login).",
+		rule:        "name: npm\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: npm",
+		needsHost:   "the npm registry or your internal mirror, e.g. npm=npm.internal.example",
+		hostControl: "/npm",
+		artifactory: "/artifactory/api/npm/<repo>", nexus: "/repository/<repo>",
 	},
-	"go": {
-		comment:   "Go modules from the module proxy you named, download-only.",
-		rule:      "name: go\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: goproxy",
-		needsHost: "the Go module proxy or your internal mirror, e.g. go=goproxy.internal.example",
+	"goproxy": {
+		comment:     "Go modules from the module proxy you named, download-only.",
+		rule:        "name: goproxy\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: goproxy",
+		needsHost:   "the Go module proxy or your internal mirror, e.g. goproxy=goproxy.internal.example",
+		hostControl: "/golang.org/x/text/@v/list",
+		artifactory: "/artifactory/api/go/<repo>", nexus: "/repository/<repo>",
+	},
+	"apt": {
+		comment:     "Debian or Ubuntu packages from the mirror you named, download-only (apt fetches over plain HTTP too).",
+		rule:        "name: apt\n    hosts: [{HOST}]\n    ports: [80, 443]\n    mirror: apt",
+		needsHost:   "your Debian or Ubuntu mirror, e.g. apt=deb.internal.example",
+		artifactory: "/artifactory/<repo>", nexus: "/repository/<repo>",
+	},
+	"maven": {
+		comment:     "Maven Central, download-only (no deploy).",
+		rule:        "name: maven\n    hosts: [repo.maven.apache.org, repo1.maven.org]\n    ports: [443]\n    mirror: maven",
+		control:     "https://repo.maven.apache.org/maven2/junit/junit/maven-metadata.xml",
+		artifactory: "/artifactory/<repo>", nexus: "/repository/<repo>",
+	},
+	"rubygems": {
+		comment: "Ruby gems, download-only (no push, no API key).",
+		rule:    "name: rubygems\n    hosts: [rubygems.org, index.rubygems.org]\n    ports: [443]\n    mirror: rubygems",
+		control: "https://index.rubygems.org/info/rake",
+	},
+	"oci": {
+		comment:     "Container images from the registry you named, pull-only (Artifactory and Nexus serve /v2/ at the host root or on the repository's own port: no base_path).",
+		rule:        "name: oci\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: oci",
+		needsHost:   "your container registry, e.g. oci=registry.internal.example",
+		hostControl: "/v2/",
+	},
+	"git": {
+		comment:   "git clone and fetch from the server you named (smart HTTP, no push).",
+		rule:      "name: git\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: git",
+		needsHost: "your git server, e.g. git=git.internal.example",
+	},
+	"generic": {
+		comment:     "Files from the server you named: GET and HEAD, no query, no upload.",
+		rule:        "name: generic\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: generic",
+		needsHost:   "your file server, e.g. generic=files.internal.example",
+		artifactory: "/artifactory/<repo>", nexus: "/repository/<repo>",
 	},
 	"github-read": {
 		comment: "GitHub: clone and fetch (git smart HTTP, no push), and raw files and archives, read-only.",
@@ -57,14 +107,23 @@ var presets = map[string]preset{
 	},
 }
 
+// aliases are other names of presets: the distribution, and the language.
+var aliases = map[string]string{"debian": "apt", "go": "goproxy"}
+
 // Names lists the presets, for usage text.
 func Names() []string {
-	out := make([]string, 0, len(presets))
+	out := make([]string, 0, len(presets)+len(aliases))
 	for n, p := range presets {
 		if p.needsHost != "" {
 			n += "=HOST"
 		}
 		out = append(out, n)
+	}
+	for a, n := range aliases {
+		if presets[n].needsHost != "" {
+			a += "=HOST"
+		}
+		out = append(out, a)
 	}
 	slices.Sort(out)
 	return out
@@ -118,6 +177,9 @@ func Render(o Options) ([]byte, error) {
 	seen := map[string]bool{}
 	for _, spec := range o.Presets {
 		name, host, hasHost := strings.Cut(strings.TrimSpace(spec), "=")
+		if n, ok := aliases[name]; ok {
+			name = n
+		}
 		p, ok := presets[name]
 		switch {
 		case !ok:
@@ -137,7 +199,12 @@ func Render(o Options) ([]byte, error) {
 				return nil, fmt.Errorf("preset %s: %q is not a host name", name, host)
 			}
 			rule = strings.ReplaceAll(rule, "{HOST}", n)
-			p.control = "https://" + n + map[string]string{"npm": "/npm", "go": "/golang.org/x/text/@v/list"}[name]
+			if p.hostControl != "" {
+				p.control = "https://" + n + p.hostControl
+			}
+		}
+		if p.artifactory != "" {
+			rule += fmt.Sprintf(repoManagers, p.artifactory, p.nexus)
 		}
 		rules = append(rules, fmt.Sprintf("  # %s\n  - %s", p.comment, rule))
 		if p.control != "" {

@@ -86,3 +86,48 @@ func TestRenderErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderMirrorKinds (issue 23): every mirror kind has a preset of its
+// name (debian and go as aliases), whose rule is that mirror and which
+// shows, commented, the base_path an Artifactory or Nexus repository of
+// that kind needs where one applies.
+func TestRenderMirrorKinds(t *testing.T) {
+	for _, m := range append(policy.MirrorNames(), "debian", "go") {
+		t.Run(m, func(t *testing.T) {
+			spec := m
+			if _, err := Render(Options{Presets: []string{m}, Sandbox: "local"}); err != nil && strings.Contains(err.Error(), "needs a host") {
+				spec = m + "=repo.internal.example"
+			}
+			b, err := Render(Options{Presets: []string{spec}, Sandbox: "local"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"debian": "apt", "go": "goproxy"}[m]
+			if want == "" {
+				want = m
+			}
+			if !strings.Contains(string(b), "mirror: "+want+"\n") {
+				t.Errorf("no mirror: %s rule:\n%s", want, b)
+			}
+			switch want {
+			case "pypi", "npm", "goproxy", "maven", "apt", "generic":
+				for _, ex := range []string{"#     base_path: /artifactory/", "#     base_path: /repository/"} {
+					if !strings.Contains(string(b), ex) {
+						t.Errorf("no commented %q example:\n%s", ex, b)
+					}
+				}
+				// the example, uncommented, is a valid rule
+				var lines []string
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.HasPrefix(strings.TrimSpace(l), "#     base_path: /repository/") {
+						l = "    base_path: /repository/repo"
+					}
+					lines = append(lines, l)
+				}
+				if _, err := policy.Parse(strings.NewReader(strings.Join(lines, "\n")), "init.yaml"); err != nil {
+					t.Errorf("with the Nexus base_path uncommented: %v", err)
+				}
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@ func Env(host []string, clean bool, keep []string, proxy netip.AddrPort, bundle,
 	for _, k := range CABundleVars {
 		set[k] = bundle
 	}
+	set["SSL_CERT_DIR"] = CertDirFor(bundle)
 	out := make([]string, 0, len(host)+len(set))
 	for _, kv := range host {
 		k, _, _ := strings.Cut(kv, "=")
@@ -68,10 +69,12 @@ func Env(host []string, clean bool, keep []string, proxy netip.AddrPort, bundle,
 	return out, suspicious
 }
 
-// CABundleVars are the variables run points at its CA bundle.
+// CABundleVars are the variables run points at its CA bundle (and
+// SSL_CERT_DIR at CertDirFor(bundle)).
 var CABundleVars = []string{
 	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "npm_config_cafile",
 	"CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO", "AWS_CA_BUNDLE", "DENO_CERT",
+	"NIX_SSL_CERT_FILE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "HTTPLIB2_CA_CERTS", "CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE",
 }
 
 // JavaOptionSafe reports whether a path can be a JAVA_TOOL_OPTIONS value:

@@ -275,6 +275,9 @@ func (b *box) commandEnv(c Config, gw4 netip.Addr, proxyAP netip.AddrPort) ([]st
 	if err != nil {
 		return nil, "", err
 	}
+	if _, err := writeCertDir(bundle); err != nil {
+		return nil, "", err
+	}
 	javaStore, err := writeJavaTrustStore(filepath.Join(b.tmp, "java-truststore.jks"), bundle)
 	if err != nil {
 		return nil, "", err

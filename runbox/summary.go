@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/egressd/egressd/policy"
@@ -52,6 +53,9 @@ type summary struct {
 	held    int // probes running: their requests are not CMD's
 	allowed int
 	denied  map[[2]string]int // host, reason → count
+	// npmAudit counts refused `npm audit` POSTs: refused by design, so
+	// the summary says why and how to stop them.
+	npmAudit int
 }
 
 func (s *summary) add(r slog.Record) {
@@ -84,6 +88,9 @@ func (s *summary) add(r slog.Record) {
 			s.denied = map[[2]string]int{}
 		}
 		s.denied[[2]string{host, reason}]++
+		if reason == "mirror" && strings.HasPrefix(detail, "npm audit") {
+			s.npmAudit++
+		}
 	}
 }
 
@@ -124,6 +131,9 @@ func (s *summary) write(w io.Writer, logFile string) {
 	}
 	if honey > 0 {
 		fmt.Fprintf(w, "  %d request(s) carried a honeytoken egressd planted in the sandbox: an exfiltration attempt, whatever the rules allow; treat it as an incident\n", honey)
+	}
+	if s.npmAudit > 0 {
+		fmt.Fprintf(w, "  npm audit was refused (%d): it uploads the whole dependency tree to the registry, which a download-only mirror never allows; turn it off with audit=false in .npmrc (or npm_config_audit=false, or --no-audit)\n", s.npmAudit)
 	}
 	if n > honey {
 		fmt.Fprintln(w, "  to allow a host, add it to an allow rule in the config (`egressd check --config FILE URL` explains a decision)")

@@ -2,6 +2,7 @@ package runbox
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -104,6 +105,24 @@ func TestEnvJavaTrustStore(t *testing.T) {
 		want := "-Djavax.net.ssl.trustStore=" + tt.store + " -Djavax.net.ssl.trustStoreType=JKS -Djavax.net.ssl.trustStorePassword=" + TrustStorePassword
 		if got := strings.Contains(opts, "trustStore"); got != tt.want || tt.want && !strings.Contains(opts, want) {
 			t.Errorf("%q: JAVA_TOOL_OPTIONS=%s", tt.store, opts)
+		}
+	}
+}
+
+// TestSummaryNPMAudit (issue 23): a refused npm audit is named in the
+// summary, with why and how to turn it off.
+func TestSummaryNPMAudit(t *testing.T) {
+	for _, tc := range []struct {
+		detail string
+		want   bool
+	}{{"npm audit: /-/npm/v1/security/", true}, {"npm publish: PUT /<pkg>", false}} {
+		var out bytes.Buffer
+		sum := &summary{}
+		log := slog.New(&logHandler{file: slog.NewJSONHandler(io.Discard, nil), term: slog.DiscardHandler, sum: sum})
+		log.Warn("decision", "method", "POST", "host", "registry.example", "decision", "deny", "reason", "mirror", "detail", tc.detail)
+		sum.write(&out, "/x/run.log")
+		if got := strings.Contains(out.String(), "audit=false"); got != tc.want {
+			t.Errorf("%s: summary mentions audit=false: %v, want %v\n%s", tc.detail, got, tc.want, out.String())
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/egressd/egressd/policy"
@@ -60,7 +61,7 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 		TCP: st.TCP, UDP: st.UDP, IPv6: st.IPv6, Resolvers: st.Resolvers,
 		Metadata: st.Metadata, MetadataNames: MetadataNames,
 		CanaryName: st.CanaryName, CanaryURL: st.CanaryURL, CanaryLog: st.CanaryLog,
-		ExpectReachable: st.ExpectReachable,
+		ExpectReachable: append(slices.Clip(st.ExpectReachable), parentControls(p)...), // parent.go
 		RootCAs:         roots,
 		Timeout:         st.Timeout,
 	}
@@ -243,6 +244,9 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 		if r.Mirror != policy.MirrorNone {
 			// Each ecosystem declares its publish probe (policy/classify).
 			if q, ok := policy.PublishProbe(r.Mirror); ok {
+				if bp := r.MirrorOp.BasePath; bp != "/" {
+					base += bp // where the repository is: its grammar must refuse
+				}
 				add("mirror-publish/"+r.Name, fmt.Sprintf("proxy: %s publish on mirror rule %s", r.Mirror, r.Name), base, q.Method, q.Path, q.ContentType, q.Body)
 			}
 			continue
