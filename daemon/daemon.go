@@ -39,9 +39,19 @@ type Verdict struct {
 	// ControlsFailed are the positive controls that could not reach their
 	// target: not sealed (nothing is proven), but not a leak either.
 	ControlsFailed []string
-	Err            error  // the run could not complete (counts as not sealed)
-	Note           string // what a sealed run did not cover (shown in /readyz)
+	// Untestable are the probes an upstream outage left untested live
+	// (the policy decides them offline): never a leak, and they do not
+	// take Sealed away.
+	Untestable []string
+	Err        error  // the run could not complete (counts as not sealed)
+	Note       string // what a sealed run did not cover (shown in /readyz)
 }
+
+// Leaked reports whether the verdict holds evidence of a leak (a probe
+// got past the policy or the walls). A failed positive control, an
+// untestable probe or a run that could not complete is an outage, not a
+// leak: Leaked is false for them.
+func (v Verdict) Leaked() bool { return len(v.Leaks) > 0 }
 
 // Options wires a Daemon. Load and Logger are required.
 type Options struct {

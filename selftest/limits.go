@@ -70,10 +70,7 @@ func (r *runner) inspected(ctx context.Context, what string) (tc *tls.Conn, done
 	}
 	if resp.status != http.StatusOK {
 		done()
-		if o := refusal(resp, ""); o.status == Error {
-			return nil, nil, o
-		}
-		return nil, nil, errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "the proxy refused the tunnel itself, so "+what+" was not reached: selftest needs an inspected allowed host:port here")
+		return nil, nil, tunnelNotOpened(resp, what, "an inspected allowed host:port")
 	}
 	host, _, _ := net.SplitHostPort(r.c.InspectHost)
 	tc = tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: host, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
@@ -119,10 +116,7 @@ func (r *runner) silentTunnel(ctx context.Context) outcome {
 	}
 	defer done()
 	if resp.status != http.StatusOK {
-		if o := refusal(resp, ""); o.status == Error {
-			return o
-		}
-		return errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "the proxy refused the tunnel itself: selftest needs an allowed host:port here")
+		return tunnelNotOpened(resp, "the handshake deadline", "an allowed host:port")
 	}
 	_, err = br.ReadByte()
 	took := time.Since(start).Round(10 * time.Millisecond)

@@ -228,6 +228,24 @@ func proxyErr(err error) outcome {
 	return errored("proxy error", err.Error())
 }
 
+// upstreamDown says whether egressd answered a CONNECT itself with its
+// 502/504 for an upstream that did not resolve or answer: the tunnel was
+// allowed and never opened, so nothing inside it was sent or decided.
+func upstreamDown(resp *response) bool {
+	return resp.stage == "connect" && (resp.status == http.StatusBadGateway || resp.status == http.StatusGatewayTimeout) &&
+		(resp.deny == "upstream-unreachable" || resp.deny == "upstream-timeout")
+}
+
+// untestableLive is the outcome of a probe whose tunnel an upstream
+// outage kept closed; why says what is decided instead.
+func untestableLive(resp *response, why string) outcome {
+	return untestable(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "untestable live: upstream unreachable; "+why)
+}
+
+// policyDenies is the untestable detail of a request the policy refuses
+// offline (Request.InTunnel).
+const policyDenies = "the policy denies it"
+
 func (r *runner) refusedRequest(ctx context.Context, q Request, want string) outcome {
 	if q.ProxyUser != "" {
 		ctx = context.WithValue(ctx, proxyUserKey{}, q.ProxyUser)
@@ -236,7 +254,26 @@ func (r *runner) refusedRequest(ctx context.Context, q Request, want string) out
 	if err != nil {
 		return proxyErr(err)
 	}
+	if q.InTunnel && upstreamDown(resp) {
+		return untestableLive(resp, policyDenies)
+	}
 	return refusal(resp, want)
+}
+
+// tunnelNotOpened judges a CONNECT a checkpoint probe needed that did not
+// get its 200; what names the check the tunnel was meant to reach and
+// need the target the probe needs. An upstream outage is untestable, as
+// for the write probes; not-ready and limits are errors; any other
+// refusal means the probe's target is not an allowed tunnel.
+func tunnelNotOpened(resp *response, what, need string) outcome {
+	if upstreamDown(resp) {
+		return untestableLive(resp, "no tunnel was opened, so "+what+" was not exercised (nothing passed egressd)")
+	}
+	if o := refusal(resp, ""); o.status == Error {
+		return o // not ready, or limited
+	}
+	return errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny),
+		"the proxy refused the tunnel itself, so "+what+" was not reached: selftest needs "+need+" here")
 }
 
 // canaryRequest is the canary URL with the run's token in the query.
@@ -322,11 +359,7 @@ func (r *runner) sniMismatch(ctx context.Context) outcome {
 	}
 	defer done()
 	if resp.status != http.StatusOK {
-		if o := refusal(resp, ""); o.status == Error {
-			return o // not ready, or limited
-		}
-		return errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny),
-			"the proxy refused the tunnel itself, so the SNI check was not reached: selftest needs a host-only allowed host:port here")
+		return tunnelNotOpened(resp, "the SNI check", "a host-only allowed host:port")
 	}
 	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: r.c.SNIName, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
 	err = tc.HandshakeContext(ctx)

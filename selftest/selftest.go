@@ -197,6 +197,14 @@ type Request struct {
 	Header map[string]string
 	// Reason, if set, is the X-Egressd-Deny value the refusal must carry.
 	Reason string
+	// InTunnel: the policy allows the tunnel (the CONNECT to the URL's
+	// host) and refuses only this request inside it, with Reason; set by
+	// whoever decided that offline (selftest/plan). A CONNECT that egressd
+	// answers 502/504 upstream-* then leaves the request untested live,
+	// not leaked: it is reported Untestable ("the policy denies it").
+	// Unset, such a 502 is a leak: the proxy tried to reach a target it
+	// must refuse.
+	InTunnel bool
 	// ProxyUser, if set, is the Proxy-Authorization user the probe sends:
 	// it speaks for that identity (a rule of another identity must refuse
 	// it).

@@ -224,7 +224,7 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 		if d.Allow {
 			return
 		}
-		out = append(out, selftest.Request{ID: id, Route: route, Method: method, URL: raw, ContentType: ctype, Body: body, Reason: d.Reason.String()})
+		out = append(out, selftest.Request{ID: id, Route: route, Method: method, URL: raw, ContentType: ctype, Body: body, Reason: d.Reason.String(), InTunnel: inTunnel(p, raw)})
 	}
 	for _, r := range p.Rules {
 		host := ruleHost(r)
@@ -289,7 +289,20 @@ func headerBudgetProbe(p *policy.Policy, r *policy.Rule, base string) (selftest.
 		return selftest.Request{}, false
 	}
 	return selftest.Request{ID: "header-budget/" + r.Name, Route: fmt.Sprintf("proxy: headers over limits.read_head_bytes on rule %s", r.Name),
-		Method: "GET", URL: raw, Header: hdr, Reason: policy.ReasonHeaderBudget.String()}, true
+		Method: "GET", URL: raw, Header: hdr, Reason: policy.ReasonHeaderBudget.String(), InTunnel: inTunnel(p, raw)}, true
+}
+
+// inTunnel says whether raw is an https URL whose tunnel (the CONNECT to
+// its host) the policy allows: the request it refuses is then decided
+// inside the tunnel, and a tunnel an upstream outage keeps closed leaves it
+// untested live rather than leaked (selftest.Request.InTunnel).
+func inTunnel(p *policy.Policy, raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" {
+		return false
+	}
+	t, err := policy.ParseAuthority(net.JoinHostPort(u.Hostname(), cmp.Or(u.Port(), "443")))
+	return err == nil && p.DecideTarget(&t).Allow
 }
 
 // ownListeners are egressd's admin and DNS listeners as the proxy would
