@@ -21,6 +21,31 @@ import (
 // a silent tunnel stays open (the self-test probes it).
 const HelloTimeout = 5 * time.Second
 
+// HelloDeadlineHeader, on a CONNECT, asks for a shorter ClientHello
+// deadline for that one tunnel (a Go duration, at least MinHelloDeadline,
+// never longer than the proxy's own): a client can only shorten its own
+// wait. egressd's 200 then carries the deadline it applies in the same
+// header, so the self-test's silent-tunnel probe observes the deadline
+// hold in a fraction of a second instead of waiting HelloTimeout.
+const HelloDeadlineHeader = "X-Egressd-Hello-Deadline"
+
+// MinHelloDeadline is the shortest deadline HelloDeadlineHeader may ask for.
+const MinHelloDeadline = 50 * time.Millisecond
+
+// helloDeadline is the ClientHello deadline of a tunnel whose CONNECT
+// carried asked (HelloDeadlineHeader; "" if none) under the proxy's limit:
+// the shorter of the two, and whether the client asked for it.
+func helloDeadline(asked string, limit time.Duration) (time.Duration, bool) {
+	if asked == "" || len(asked) > 32 {
+		return limit, false
+	}
+	d, err := time.ParseDuration(asked)
+	if err != nil || d >= limit {
+		return limit, false
+	}
+	return max(d, MinHelloDeadline), true
+}
+
 // extECH is the TLS encrypted_client_hello extension (RFC 9849).
 const extECH = 0xfe0d
 
@@ -96,7 +121,12 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 	}
 	sc.SetDeadline(time.Time{}) // net/http's deadlines end with the hijack
 	x.holdTunnel(sc, rq)
-	if _, err := io.WriteString(sc, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+	established := "HTTP/1.1 200 Connection established\r\n\r\n"
+	var asked bool
+	if rq.hello, asked = helloDeadline(r.Header.Get(HelloDeadlineHeader), x.helloTimeout); asked {
+		established = "HTTP/1.1 200 Connection established\r\n" + HelloDeadlineHeader + ": " + rq.hello.String() + "\r\n\r\n"
+	}
+	if _, err := io.WriteString(sc, established); err != nil {
 		sc.Close()
 		if up != nil {
 			up.Close()
@@ -183,7 +213,7 @@ func (x *Proxy) splice(ctx context.Context, sc *scanConn, up net.Conn, pre []byt
 	defer up.Close()
 	client := &replayConn{Conn: sc.Conn, pre: pre}
 	if rq.d.Rule.TLS {
-		hello, raw, err := peekClientHello(client, x.helloTimeout)
+		hello, raw, err := peekClientHello(client, rq.hello)
 		if reason, detail := x.checkHello(rq, hello, err); reason != policy.ReasonAllowed {
 			x.cut(ctx, rq, reason, detail)
 			return
@@ -233,7 +263,7 @@ func (x *Proxy) checkHello(rq *request, hello *tls.ClientHelloInfo, err error) (
 func (x *Proxy) inspect(ctx context.Context, sc *scanConn, pre []byte, rq *request, port uint16) {
 	defer sc.Close()
 	client := &replayConn{Conn: sc.Conn, pre: pre}
-	client.SetReadDeadline(time.Now().Add(x.helloTimeout))
+	client.SetReadDeadline(time.Now().Add(rq.hello))
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(client, first); err != nil {
 		x.cut(ctx, rq, policy.ReasonNoClientHello, err.Error())
@@ -253,7 +283,7 @@ func (x *Proxy) inspect(ctx context.Context, sc *scanConn, pre []byte, rq *reque
 		return
 	}
 	tc := tls.Server(client, cfg)
-	tc.SetDeadline(time.Now().Add(x.helloTimeout))
+	tc.SetDeadline(time.Now().Add(rq.hello))
 	if err := tc.Handshake(); err != nil {
 		if !errors.Is(err, errSNIMismatch) { // logged by the SNI check
 			x.cut(ctx, rq, policy.ReasonTLSHandshake, err.Error())

@@ -41,7 +41,15 @@ type response struct {
 	deny   string // X-Egressd-Deny
 	body   string
 	stage  string // "connect" when the proxy answered the CONNECT itself
+	// hello is the ClientHello deadline egressd says it applies to the
+	// tunnel (helloDeadlineHeader on its 200), "" if it did not say.
+	hello string
 }
+
+// helloDeadlineHeader asks egressd for a shorter ClientHello deadline on
+// one tunnel, and carries the one it applies on its 200 (proxy's
+// HelloDeadlineHeader).
+const helloDeadlineHeader = "X-Egressd-Hello-Deadline"
 
 // proxyDialError: the proxy itself could not be reached, so nothing
 // behind it was tested.
@@ -64,7 +72,7 @@ func readResponse(br *bufio.Reader, req *http.Request) (*response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read response: %w", err)
 	}
-	out := &response{status: resp.StatusCode, deny: resp.Header.Get(denyHeader)}
+	out := &response{status: resp.StatusCode, deny: resp.Header.Get(denyHeader), hello: resp.Header.Get(helloDeadlineHeader)}
 	if req != nil && req.Method == http.MethodConnect && resp.StatusCode == http.StatusOK {
 		// The tunnel follows: the "body" is the rest of the connection,
 		// and closing it would read the tunnel to its end.
@@ -93,12 +101,20 @@ func (r *runner) raw(ctx context.Context, head string) (*response, error) {
 // connect opens a tunnel to hostport through the proxy. resp is the
 // proxy's answer; conn and br are usable only when it is 200.
 func (r *runner) connect(ctx context.Context, hostport string) (resp *response, conn net.Conn, br *bufio.Reader, done func(), err error) {
+	return r.connectWith(ctx, hostport, nil)
+}
+
+// connectWith is connect with extra CONNECT headers.
+func (r *runner) connectWith(ctx context.Context, hostport string, extra http.Header) (resp *response, conn net.Conn, br *bufio.Reader, done func(), err error) {
 	c, done, err := r.proxyConn(ctx)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: hostport}, Host: hostport,
 		Header: http.Header{"User-Agent": {r.userAgent()}}}
+	for k, v := range extra {
+		req.Header[k] = v
+	}
 	setProxyUser(ctx, req.Header)
 	if err := req.Write(c); err != nil {
 		done()

@@ -129,6 +129,11 @@ type Config struct {
 	// SilentDeadline (its handshake deadline). Either zero: skipped.
 	SilentHost     string
 	SilentDeadline time.Duration
+	// SilentAsk, if set, is the shorter deadline the silent-tunnel probe
+	// asks egressd for on its tunnel (X-Egressd-Hello-Deadline): when
+	// egressd's 200 says it applies, the probe holds the tunnel to it and
+	// takes a fraction of a second, not SilentDeadline.
+	SilentAsk time.Duration
 	// Refused are requests the policy refuses (publish and upload on each
 	// mirror rule, login, upload and posting on each page-type rule): each
 	// must get egressd's refusal.
