@@ -46,6 +46,9 @@ type Config struct {
 	Env      []string
 	CleanEnv bool
 	KeepEnv  []string
+	// Identity, if set, names the run's sandbox addresses (WithIdentity):
+	// decisions are logged as this identity, so trial runs add up.
+	Identity string
 	// NoTransparent turns off the transparent listeners on the run's link
 	// (on by default: the sandbox is egressd's own namespace).
 	NoTransparent bool

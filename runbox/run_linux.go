@@ -111,6 +111,11 @@ func Run(ctx context.Context, c Config) (int, error) {
 	if files := readableSecrets(c.Policy, c.Cred); len(files) > 0 {
 		return 0, &SecretsError{Files: files}
 	}
+	if c.Identity != "" {
+		if _, err := WithIdentity(c.Policy, c.Identity, nil); err != nil {
+			return 0, err
+		}
+	}
 	gw, err := sandbox.Current()
 	if err != nil {
 		return 0, err
@@ -135,6 +140,11 @@ func Run(ctx context.Context, c Config) (int, error) {
 
 	gw4 := b.link.Gateway4.Addr()
 	rp := Policy(c.Policy, gw4, !c.NoTransparent)
+	if c.Identity != "" {
+		if rp, err = WithIdentity(rp, c.Identity, []netip.Addr{b.link.Sandbox4.Addr(), b.link.Sandbox6.Addr()}); err != nil {
+			return 0, err
+		}
+	}
 	proxyAP := netip.MustParseAddrPort(rp.Listen.Proxy)
 	v, err := b.startGateway(ctx, c, rp, log, sum, logFile)
 	if err != nil || ctx.Err() != nil {
