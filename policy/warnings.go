@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Warnings lists what is valid in p but weakens the self-test's proof;
 // egressd validate prints them (exit 0).
@@ -13,6 +16,9 @@ func (p *Policy) Warnings() []string {
 		w = append(w, "selftest has no canary_name or canary_url: nothing checks that an unlisted name and URL are refused; add one that no rule allows")
 	}
 	for _, r := range p.Rules {
+		if h := p.highRiskHost(r); h != "" {
+			w = append(w, fmt.Sprintf("allow[%d] (%q) can never allow %s: it is a high-risk name (metadata, link-local or an operator's deny list), refused before any rule; remove it from the rule", r.Index, r.Name, h))
+		}
 		if r.inlineHosts > bigInlineHosts {
 			w = append(w, fmt.Sprintf("allow[%d] (%q) lists %d hosts inline: move them to allow[].hosts_files (one pattern a line), which a list this long loads from faster and in less memory, at start and at every reload (inline, only runs of bare names skip the YAML parser's node per entry; entries with comments or other forms load several times slower)", r.Index, r.Name, r.inlineHosts))
 		}
@@ -25,3 +31,22 @@ func (p *Policy) Warnings() []string {
 // loads slower and larger than from hosts_files, and uncut (entries with
 // comments) several times so.
 const bigInlineHosts = 10_000
+
+// neverAllowScan bounds how many hosts of one rule highRiskHost checks: a
+// warning must not slow the load of a big hosts_files list.
+const neverAllowScan = 10_000
+
+// highRiskHost is the first host a rule names that is high-risk (so the
+// rule can never allow it), "" if none among its first neverAllowScan.
+func (p *Policy) highRiskHost(r *Rule) string {
+	n := 0
+	for h := range r.Hosts.All() {
+		if n++; n > neverAllowScan {
+			break
+		}
+		if name := strings.TrimPrefix(h, "*."); name != "*" && p.HighRiskName(name) {
+			return h
+		}
+	}
+	return ""
+}

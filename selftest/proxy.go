@@ -258,6 +258,22 @@ func untestableLive(resp *response, why string) outcome {
 	return untestable(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "untestable live: upstream unreachable; "+why)
 }
 
+// neverAllows says whether egressd refused a tunnel the policy allows by
+// name because of where the name resolves (a special-use or high-risk
+// answer, with no cidrs unlocking it): the rule can never allow anything
+// there, so nothing inside the tunnel is reached, nor can it be.
+func neverAllows(resp *response) bool {
+	return resp.stage == "connect" && resp.status == http.StatusForbidden && (resp.deny == "special-address" || resp.deny == "high-risk")
+}
+
+// untestableNever is the outcome of a probe whose tunnel egressd refuses
+// because the rule can never allow: its detail carries egressd's refusal
+// (the rule, the host, the address and its class).
+func untestableNever(resp *response, why string) outcome {
+	return untestable(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny),
+		fmt.Sprintf("untestable live: the rule can never allow (%s); %s", strings.TrimSpace(clip(resp.body, 300)), why))
+}
+
 // policyDenies is the untestable detail of a request the policy refuses
 // offline (Request.InTunnel).
 const policyDenies = "the policy denies it"
@@ -270,8 +286,11 @@ func (r *runner) refusedRequest(ctx context.Context, q Request, want string) out
 	if err != nil {
 		return proxyErr(err)
 	}
-	if q.InTunnel && upstreamDown(resp) {
+	switch {
+	case q.InTunnel && upstreamDown(resp):
 		return untestableLive(resp, policyDenies)
+	case q.InTunnel && neverAllows(resp):
+		return untestableNever(resp, policyDenies)
 	}
 	return refusal(resp, want)
 }
@@ -282,8 +301,11 @@ func (r *runner) refusedRequest(ctx context.Context, q Request, want string) out
 // for the write probes; not-ready and limits are errors; any other
 // refusal means the probe's target is not an allowed tunnel.
 func tunnelNotOpened(resp *response, what, need string) outcome {
-	if upstreamDown(resp) {
-		return untestableLive(resp, "no tunnel was opened, so "+what+" was not exercised (nothing passed egressd)")
+	switch notOpened := "no tunnel was opened, so " + what + " was not exercised (nothing passed egressd)"; {
+	case upstreamDown(resp):
+		return untestableLive(resp, notOpened)
+	case neverAllows(resp):
+		return untestableNever(resp, notOpened)
 	}
 	if o := refusal(resp, ""); o.status == Error {
 		return o // not ready, or limited

@@ -120,8 +120,32 @@ func (r *Report) Leaks() []Result { return r.with(Leak) }
 func (r *Report) Leaked() bool { return len(r.Leaks()) > 0 }
 
 // Untestables returns the probes that could not be carried out live
-// because their upstream is down (status Untestable).
+// (status Untestable: an upstream outage, or a rule that can never allow).
 func (r *Report) Untestables() []Result { return r.with(Untestable) }
+
+// UntestableLines are the untestable probes as warnings, one line per
+// distinct cause: "untestable live: <cause>: id, id and N more".
+func (r *Report) UntestableLines() []string {
+	var causes []string
+	ids := map[string][]string{}
+	for _, res := range r.Untestables() {
+		cause, _, _ := strings.Cut(res.Detail, "; ")
+		if ids[cause] == nil {
+			causes = append(causes, cause)
+		}
+		ids[cause] = append(ids[cause], res.ID)
+	}
+	out := make([]string, len(causes))
+	for i, c := range causes {
+		who := ids[c]
+		list := strings.Join(who, ", ")
+		if len(who) > 3 {
+			list = fmt.Sprintf("%s and %d more", strings.Join(who[:2], ", "), len(who)-2)
+		}
+		out[i] = c + ": " + list
+	}
+	return out
+}
 
 // ControlsFailed returns the positive controls that failed.
 func (r *Report) ControlsFailed() []Result { return r.with(Failed) }

@@ -3,6 +3,7 @@ package selftest
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -15,6 +16,13 @@ import (
 // each CONNECT gets 502 upstream-unreachable (egressd resolves and dials
 // before its 200), each absolute-form request 403 no-rule.
 func outageProxy(t *testing.T) netip.AddrPort {
+	t.Helper()
+	return connectAnswer(t, "HTTP/1.1 502 Bad Gateway\r\nX-Egressd-Deny: upstream-unreachable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+}
+
+// connectAnswer is a proxy that answers each CONNECT with connect, and
+// each absolute-form request with 403 no-rule.
+func connectAnswer(t *testing.T, connect string) netip.AddrPort {
 	t.Helper()
 	l := listen(t)
 	go func() {
@@ -30,7 +38,7 @@ func outageProxy(t *testing.T) netip.AddrPort {
 					return
 				}
 				if req.Method == http.MethodConnect {
-					c.Write([]byte("HTTP/1.1 502 Bad Gateway\r\nX-Egressd-Deny: upstream-unreachable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+					c.Write([]byte(connect))
 					return
 				}
 				c.Write([]byte("HTTP/1.1 403 Forbidden\r\nX-Egressd-Deny: no-rule\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
@@ -110,5 +118,38 @@ func TestUpstreamOutageIsNoLeak(t *testing.T) {
 	}
 	if o := rep.Outcome(); o != OutcomeControlFailed {
 		t.Errorf("with a positive control: outcome %s, want control-failed", o)
+	}
+}
+
+// TestNeverAllowsIsNoLeak: a rule whose host resolves only to a
+// special-use address, without cidrs naming it, can never allow: egressd
+// refuses the tunnel itself (403 special-address). The write and
+// checkpoint probes on that rule are untestable live, naming egressd's
+// refusal (rule, host, address class), not a leak ("refused as
+// special-address, not mirror") and not an error.
+func TestNeverAllowsIsNoLeak(t *testing.T) {
+	const body = "egressd: denied: special-address (rule corp): registry.corp.example resolved to 10.1.2.3 (private)\n"
+	proxy := connectAnswer(t, fmt.Sprintf("HTTP/1.1 403 Forbidden\r\nX-Egressd-Deny: special-address\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body))
+	var d net.Dialer
+	rep, err := Run(context.Background(), Config{
+		Proxy: proxy, Dial: d.DialContext,
+		Refused:     []Request{{ID: "mirror-publish/corp", Method: "POST", URL: "https://registry.corp.example/legacy/", Body: "x", Reason: "mirror", InTunnel: true}},
+		InspectHost: "registry.corp.example:443", HeadBytes: 32 << 10,
+		Timeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if r.Status != Status("untestable") || !strings.Contains(r.Detail, "can never allow") || !strings.Contains(r.Detail, "rule corp") || !strings.Contains(r.Detail, "(private)") {
+			t.Errorf("%s: got %s (%s: %s), want untestable naming the rule and the address class", r.ID, r.Status, r.Result, r.Detail)
+		}
+	}
+	if rep.Outcome() != OutcomeSealed || len(rep.Results) != 3 {
+		t.Errorf("outcome %s with %d results, want sealed with 3", rep.Outcome(), len(rep.Results))
+	}
+	// one warning for the one cause, naming the rule and the class
+	if w := rep.UntestableLines(); len(w) != 1 || !strings.Contains(w[0], "rule corp") || !strings.Contains(w[0], "(private)") || !strings.Contains(w[0], "mirror-publish/corp") {
+		t.Errorf("warnings %q, want one naming the rule, the class and the probes", w)
 	}
 }

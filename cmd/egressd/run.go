@@ -56,6 +56,9 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 		printConfigError(stderr, err)
 		return exitUsage
 	}
+	for _, w := range p.Warnings() {
+		fmt.Fprintf(stderr, "egressd run: warning: %s: %s\n", p.Source, w)
+	}
 	code, err := runbox.Run(ctx, runbox.Config{
 		Policy: p, Logger: log, LogFile: *logFile, StateDir: *stateDir, Cred: cred, Argv: argv,
 		Env: os.Environ(), CleanEnv: *cleanEnv, KeepEnv: keep, NoTransparent: *noTransparent, Identity: *identity,
