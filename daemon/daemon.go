@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -94,6 +95,10 @@ type Options struct {
 	// Booted, when set, is called once the boot self-test has set the
 	// readiness (`egressd run` starts its command only then).
 	Booted func(Verdict)
+	// DNSAnswered, when set, is told the addresses the DNS filter answers
+	// for allowed names (dnsfilter.Config.Answered): transparent mode
+	// redirects those, for their TTL.
+	DNSAnswered func(client netip.Addr, addrs []netip.Addr, ttl time.Duration)
 	// Audit is the audit log Logger writes decisions to (nil: none). While
 	// it cannot be written, allowed traffic is refused with 503
 	// audit-unavailable (unless the policy says audit.on_error: allow)
@@ -196,7 +201,7 @@ func New(opt Options) (*Daemon, error) {
 		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names,
 			// allowed names are answered only from the verified policy with
 			// the walls sealed, as the proxy; the self-test's probes pass
-			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt})
+			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt, Answered: opt.DNSAnswered})
 		if err != nil {
 			return nil, fmt.Errorf("dns filter: %w", err)
 		}

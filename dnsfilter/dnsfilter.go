@@ -67,6 +67,11 @@ type Config struct {
 	// writes (a sandbox with CAP_NET_RAW can spoof an open probe socket's),
 	// while a TCP client's were proved by its handshake.
 	Exempt func(client netip.AddrPort) bool
+	// Answered, when set, is told the addresses of every answer given for
+	// an allowed name, and their shortest TTL, before the client gets them
+	// (egressd's wiring: transparent mode redirects those addresses, and
+	// only those, for that long).
+	Answered func(client netip.Addr, addrs []netip.Addr, ttl time.Duration)
 }
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
@@ -85,6 +90,7 @@ type Server struct {
 	overBudget *prometheus.CounterVec
 	gate       func(*policy.Policy) (policy.Reason, string)
 	exempt     func(netip.AddrPort) bool
+	answered   func(netip.Addr, []netip.Addr, time.Duration)
 
 	mu        sync.Mutex
 	closed    bool
@@ -149,14 +155,15 @@ func New(c Config) (*Server, error) {
 		return nil, errors.New("dnsfilter: new server: no policy")
 	}
 	s := &Server{
-		policy:  c.Policy,
-		log:     c.Logger,
-		dial:    c.Dial,
-		timeout: c.Timeout,
-		limits:  limiters{clients: map[netip.Addr]*client{}},
-		budget:  c.NameBudget,
-		gate:    c.Gate,
-		exempt:  c.Exempt,
+		policy:   c.Policy,
+		log:      c.Logger,
+		dial:     c.Dial,
+		timeout:  c.Timeout,
+		limits:   limiters{clients: map[netip.Addr]*client{}},
+		budget:   c.NameBudget,
+		gate:     c.Gate,
+		exempt:   c.Exempt,
+		answered: c.Answered,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_queries_total",
 			Help: "DNS queries answered by the filter, by result.",
@@ -357,8 +364,40 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 	// rule, the names below. NODATA only says "no address you may use";
 	// getaddrinfo and Go both report it as "no such host" once both
 	// families come back empty.
+	if s.answered != nil {
+		if addrs, ttl := answerAddrs(f.kept); len(addrs) > 0 {
+			s.answered(e.client, addrs, ttl)
+		}
+	}
 	s.reply(w, r, dns.RcodeSuccess, f.kept)
 	e.answers = len(f.kept)
+}
+
+// answerAddrs are the addresses of the A and AAAA records of rrs and
+// their shortest TTL.
+func answerAddrs(rrs []dns.RR) ([]netip.Addr, time.Duration) {
+	var addrs []netip.Addr
+	var ttl uint32
+	for _, rr := range rrs {
+		var ip net.IP
+		switch v := rr.(type) {
+		case *dns.A:
+			ip = v.A
+		case *dns.AAAA:
+			ip = v.AAAA
+		default:
+			continue
+		}
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			continue
+		}
+		if len(addrs) == 0 || rr.Header().Ttl < ttl {
+			ttl = rr.Header().Ttl
+		}
+		addrs = append(addrs, a.Unmap())
+	}
+	return addrs, time.Duration(ttl) * time.Second
 }
 
 // deny answers NXDOMAIN for a name the policy refuses and counts it

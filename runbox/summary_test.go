@@ -52,7 +52,7 @@ func TestEnv(t *testing.T) {
 		has, lacks []string
 		suspicious []string
 	}{
-		{"default", false, nil, []string{"FOO=bar", "MY_API_TOKEN=s", "NO_PROXY=localhost,127.0.0.1,::1", "HTTP_PROXY=http://10.0.0.1:3128", "NODE_USE_ENV_PROXY=1", "CARGO_HTTP_CAINFO=/b"}, []string{"HTTP_PROXY=http://evil:1", "NO_PROXY=*"}, []string{"MY_API_TOKEN", "GITHUB_PAT"}},
+		{"default", false, nil, []string{"FOO=bar", "MY_API_TOKEN=s", "NO_PROXY=" + noProxy, "HTTP_PROXY=http://10.0.0.1:3128", "NODE_USE_ENV_PROXY=1", "CARGO_HTTP_CAINFO=/b"}, []string{"HTTP_PROXY=http://evil:1", "NO_PROXY=*"}, []string{"MY_API_TOKEN", "GITHUB_PAT"}},
 		{"kept credential is not warned about", false, []string{"MY_API_TOKEN"}, []string{"MY_API_TOKEN=s"}, nil, []string{"GITHUB_PAT"}},
 		{"clean", true, nil, []string{"PATH=/bin", "HOME=/h", "SSL_CERT_FILE=/b"}, []string{"FOO=bar", "MY_API_TOKEN=s", "GITHUB_PAT=p"}, nil},
 		{"clean with --env", true, []string{"FOO"}, []string{"FOO=bar"}, []string{"MY_API_TOKEN=s"}, nil},
