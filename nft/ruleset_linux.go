@@ -33,7 +33,7 @@ const (
 	setUIDs  = "uids"
 	setRdr4  = "redirect4"     // the rules' IPv4 cidrs: redirected
 	setDyn4  = SetRedirectDyn4 // DNS answers for allowed names, each for its TTL: redirected
-	setChunk = 1024 // elements per NEWSETELEM message, see ruleset.queue
+	setChunk = 1024            // elements per NEWSETELEM message, see ruleset.queue
 )
 
 // filterPriority runs the wall before the usual filter chains (priority 0),
