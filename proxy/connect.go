@@ -29,12 +29,26 @@ const HelloTimeout = 5 * time.Second
 // hold in a fraction of a second instead of waiting HelloTimeout.
 const HelloDeadlineHeader = "X-Egressd-Hello-Deadline"
 
-// MinHelloDeadline is the shortest deadline HelloDeadlineHeader may ask for.
+// DialDeadlineHeader, on a CONNECT, bounds how long egressd resolves and
+// dials the target before it answers (a Go duration, at least
+// MinHelloDeadline; never longer than egressd's own budgets): a client can
+// only shorten its own wait. A resolver or upstream that does not answer
+// in time gets the CONNECT its 504 upstream-timeout then, so the
+// self-test's probes learn of an outage within their own timeout instead
+// of giving up with no answer.
+const DialDeadlineHeader = "X-Egressd-Dial-Deadline"
+
+// maxDialDeadline caps what DialDeadlineHeader can ask for (the dial and
+// resolver budgets apply anyway).
+const maxDialDeadline = time.Minute
+
+// MinHelloDeadline is the shortest deadline HelloDeadlineHeader or
+// DialDeadlineHeader may ask for.
 const MinHelloDeadline = 50 * time.Millisecond
 
-// helloDeadline is the ClientHello deadline of a tunnel whose CONNECT
-// carried asked (HelloDeadlineHeader; "" if none) under the proxy's limit:
-// the shorter of the two, and whether the client asked for it.
+// helloDeadline is the deadline of a tunnel whose CONNECT carried asked
+// (HelloDeadlineHeader or DialDeadlineHeader; "" if none) under the
+// proxy's limit: the shorter of the two, and whether the client asked.
 func helloDeadline(asked string, limit time.Duration) (time.Duration, bool) {
 	if asked == "" || len(asked) > 32 {
 		return limit, false
@@ -75,6 +89,12 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		x.writeDeny(w, r, rq, reason, rq.d.RuleName(), detail)
 		return
 	}
+	dctx := r.Context()
+	if d, asked := helloDeadline(r.Header.Get(DialDeadlineHeader), maxDialDeadline); asked {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(dctx, d)
+		defer cancel()
+	}
 	var up net.Conn
 	if rq.d.Inspect {
 		if x.ca == nil {
@@ -85,13 +105,13 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		// only to refused addresses gets its 403 now, not after a TLS
 		// handshake with egressd's CA. Each inner request dials (and
 		// checks) again.
-		if _, err := x.dialer.check(r.Context(), p, &rq.d, t.Port); err != nil {
+		if _, err := x.dialer.check(dctx, p, &rq.d, t.Port); err != nil {
 			x.writeDialError(w, r, rq, err)
 			return
 		}
 	} else {
 		// Dial first, so that a failure gets its status on the CONNECT.
-		if up, rq.upAddr, err = x.dialer.dial(r.Context(), p, &rq.d, t.Port); err != nil {
+		if up, rq.upAddr, err = x.dialer.dial(dctx, p, &rq.d, t.Port); err != nil {
 			x.writeDialError(w, r, rq, err)
 			return
 		}

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"fmt"
+	"net/http"
 	"net"
 	"strings"
 	"testing"
@@ -73,5 +76,34 @@ func TestHelloDeadlineAsked(t *testing.T) {
 		if _, err := c.Read(one); err == nil || time.Since(start) > 3*time.Second {
 			t.Errorf("silent tunnel to %s asking 200ms: still open after %s (%v)", target, time.Since(start), err)
 		}
+	}
+}
+
+// TestDialDeadlineAsked: a CONNECT asking for a short dial deadline gets
+// egressd's 504 upstream-timeout within it when the resolver does not
+// answer, rather than no answer at all before the client gives up: the
+// self-test reads that as an outage (untestable), not as "no answer".
+func TestDialDeadlineAsked(t *testing.T) {
+	h := newHarnessWith(t, testConfig, testNames, func(c *Config) {
+		c.ResolverDial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			<-ctx.Done() // a resolver that never answers
+			return nil, ctx.Err()
+		}
+	})
+	target := "docs.test:" + h.tlsO.port()
+	c, err := net.Dial("tcp", h.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s: 300ms\r\n\r\n", target, target, DialDeadlineHeader)
+	c.SetReadDeadline(time.Now().Add(4 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("CONNECT with a 300ms dial deadline: no answer after %v: %v", time.Since(start), err)
+	}
+	if resp.StatusCode != http.StatusGatewayTimeout || resp.Header.Get("X-Egressd-Deny") != "upstream-timeout" || time.Since(start) > 2*time.Second {
+		t.Errorf("got %d %q after %v, want 504 upstream-timeout within the deadline", resp.StatusCode, resp.Header.Get("X-Egressd-Deny"), time.Since(start))
 	}
 }

@@ -153,7 +153,15 @@ func Run(ctx context.Context, c Config) (int, error) {
 		}
 		return 0, err
 	}
-	if !v.Sealed || v.Err != nil {
+	switch {
+	case v.Leaked() || v.Err != nil:
+		return ExitNotSealed, &NotSealedError{Reason: verdictReason(v)}
+	case !v.Sealed && len(v.ControlsFailed) > 0:
+		// An outage, not a leak (docs/PROOF.md): every probe of the walls
+		// and the policy passed, only an allowed target did not answer.
+		// CMD runs; it may find that target unreachable too.
+		fmt.Fprintf(c.Stderr, "egressd run: WARNING: a positive control could not reach its target (an outage, not a leak: no probe got past the walls or the policy); starting the command: %s\n", strings.Join(v.ControlsFailed, "; "))
+	case !v.Sealed:
 		return ExitNotSealed, &NotSealedError{Reason: verdictReason(v)}
 	}
 	env, resolvConf, err := b.commandEnv(c, gw4, proxyAP)

@@ -51,6 +51,10 @@ type response struct {
 // HelloDeadlineHeader).
 const helloDeadlineHeader = "X-Egressd-Hello-Deadline"
 
+// dialDeadlineHeader bounds how long egressd resolves and dials a
+// CONNECT's target before it answers (proxy's DialDeadlineHeader).
+const dialDeadlineHeader = "X-Egressd-Dial-Deadline"
+
 // proxyDialError: the proxy itself could not be reached, so nothing
 // behind it was tested.
 type proxyDialError struct{ error }
@@ -114,6 +118,14 @@ func (r *runner) connectWith(ctx context.Context, hostport string, extra http.He
 		Header: http.Header{"User-Agent": {r.userAgent()}}}
 	for k, v := range extra {
 		req.Header[k] = v
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		// egressd answers within three quarters of the probe's time (504
+		// upstream-timeout if its resolver or the upstream is slower), so
+		// an outage reads as untestable, not as no answer
+		if left := time.Until(dl) * 3 / 4; left > 0 {
+			req.Header.Set(dialDeadlineHeader, left.Round(time.Millisecond).String())
+		}
 	}
 	setProxyUser(ctx, req.Header)
 	if err := req.Write(c); err != nil {

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/configs"
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
+	"github.com/egressd/egressd/selftest"
 )
 
 // proofConfig: one allowed origin (its address unlocked by a /32, as a
@@ -139,5 +141,32 @@ allow:
 	dyn, _, _ = strings.Cut(dyn, "chain ")
 	if !strings.Contains(dyn, "0xcb007164") || strings.Contains(dyn, "0xcb007135") {
 		t.Errorf("dynamic redirect set after the answers: want allowed.test's 203.0.113.100 only:\n%s", text)
+	}
+}
+
+// TestRunDefaultConfigOffline: `run` on the embedded default config, with
+// IPv6 on the sandbox's link and no upstream reachable (every registry
+// unresolvable: an offline machine), reaches CMD: the IPv6 probes meet
+// the drop (nothing redirects IPv6 to a listener that is not there), the
+// write probes are untestable live, and the failed positive control is
+// an outage, said loudly, not a leak. Before, run exited 3.
+func TestRunDefaultConfigOffline(t *testing.T) {
+	l := newRunLab(t, string(configs.Default))
+	out, code := l.run(t, nil, "sh", "-c", "echo CMD-RAN")
+	if code != 0 || !strings.Contains(out, "CMD-RAN") {
+		t.Fatalf("run on the default config offline: exit %d\n%s", code, out)
+	}
+	if strings.Contains(out, "LEAK") || strings.Contains(out, "not sealed") {
+		t.Errorf("an outage reported as a leak:\n%s", out)
+	}
+	for _, want := range []string{"untestable live", "positive control"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run does not say %q:\n%s", want, out)
+		}
+	}
+	if t.Failed() {
+		if hs, err := selftest.ReadHistory(filepath.Join(l.state, selftest.HistoryFile)); err == nil && len(hs) > 0 {
+			t.Logf("run's probe:\n%s", tableOf(hs[len(hs)-1].Report))
+		}
 	}
 }
