@@ -58,6 +58,13 @@ type Config struct {
 	// 80 gets X-Egressd-Deny; a TLS handshake without SNI to 443 fails),
 	// and leaks when the target answers.
 	Redirected []uint16
+	// RedirectedTo are the destinations the walls redirect on the
+	// Redirected ports: only those the policy could allow (egressd: its
+	// rules' cidrs; DNS answers for allowed names are no probe target). A
+	// direct connection to any other destination that completes is a leak
+	// even on a Redirected port: interception where no decision is
+	// possible looks open to every probe a user writes.
+	RedirectedTo []netip.Prefix
 	// TCP targets must not accept a direct connection (any public address
 	// and port: 443, 53, 80, 22, 25, high ports).
 	TCP []netip.AddrPort

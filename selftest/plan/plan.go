@@ -113,6 +113,18 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 	if p.Listen.TransparentHTTP != "" {
 		c.Redirected = append(c.Redirected, 80)
 	}
+	// ...but only destinations the policy could allow (the walls redirect
+	// the rules' cidrs and DNS answers for allowed names, never high-risk
+	// addresses nor IPv6: daemon.WallSpec); any other that connects leaks
+	if len(c.Redirected) > 0 {
+		for _, r := range p.Rules {
+			for _, pr := range r.CIDRs {
+				if pr.Addr().Is4() {
+					c.RedirectedTo = append(c.RedirectedTo, pr)
+				}
+			}
+		}
+	}
 	// every identity's canary token, for the canary-log probe
 	if strings.Contains(st.CanaryName+st.CanaryURL, policy.CanaryToken) {
 		c.CanaryTokens = map[string]string{policy.SelftestIdentity: CanaryToken(policy.SelftestIdentity)}
