@@ -120,10 +120,11 @@ func (r *runner) connectWith(ctx context.Context, hostport string, extra http.He
 		req.Header[k] = v
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		// egressd answers within three quarters of the probe's time (504
-		// upstream-timeout if its resolver or the upstream is slower), so
-		// an outage reads as untestable, not as no answer
-		if left := time.Until(dl) * 3 / 4; left > 0 {
+		// egressd answers within three quarters of the probe's time, at
+		// most of Config.Timeout (504 upstream-timeout if its resolver or
+		// the upstream is slower), so an outage reads as untestable, not
+		// as no answer, and costs no probe more than a blocked one
+		if left := min(time.Until(dl), r.c.Timeout) * 3 / 4; left > 0 {
 			req.Header.Set(dialDeadlineHeader, left.Round(time.Millisecond).String())
 		}
 	}

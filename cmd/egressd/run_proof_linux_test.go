@@ -152,7 +152,9 @@ allow:
 // an outage, said loudly, not a leak. Before, run exited 3.
 func TestRunDefaultConfigOffline(t *testing.T) {
 	l := newRunLab(t, string(configs.Default))
+	start := time.Now()
 	out, code := l.run(t, nil, "sh", "-c", "echo CMD-RAN")
+	t.Logf("run on the default config offline, start to exit: %v", time.Since(start).Round(time.Millisecond))
 	if code != 0 || !strings.Contains(out, "CMD-RAN") {
 		t.Fatalf("run on the default config offline: exit %d\n%s", code, out)
 	}
