@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -46,10 +47,10 @@ const maxDialDeadline = time.Minute
 // DialDeadlineHeader may ask for.
 const MinHelloDeadline = 50 * time.Millisecond
 
-// helloDeadline is the deadline of a tunnel whose CONNECT carried asked
+// shorterDeadline is the deadline of a tunnel whose CONNECT carried asked
 // (HelloDeadlineHeader or DialDeadlineHeader; "" if none) under the
 // proxy's limit: the shorter of the two, and whether the client asked.
-func helloDeadline(asked string, limit time.Duration) (time.Duration, bool) {
+func shorterDeadline(asked string, limit time.Duration) (time.Duration, bool) {
 	if asked == "" || len(asked) > 32 {
 		return limit, false
 	}
@@ -90,7 +91,7 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		return
 	}
 	dctx := r.Context()
-	if d, asked := helloDeadline(r.Header.Get(DialDeadlineHeader), maxDialDeadline); asked {
+	if d, asked := shorterDeadline(r.Header.Get(DialDeadlineHeader), maxDialDeadline); asked {
 		var cancel context.CancelFunc
 		dctx, cancel = context.WithTimeout(dctx, d)
 		defer cancel()
@@ -143,7 +144,7 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 	x.holdTunnel(sc, rq)
 	established := "HTTP/1.1 200 Connection established\r\n\r\n"
 	var asked bool
-	if rq.hello, asked = helloDeadline(r.Header.Get(HelloDeadlineHeader), x.helloTimeout); asked {
+	if rq.hello, asked = shorterDeadline(r.Header.Get(HelloDeadlineHeader), x.helloTimeout); asked {
 		established = "HTTP/1.1 200 Connection established\r\n" + HelloDeadlineHeader + ": " + rq.hello.String() + "\r\n\r\n"
 	}
 	if _, err := io.WriteString(sc, established); err != nil {
@@ -233,7 +234,7 @@ func (x *Proxy) splice(ctx context.Context, sc *scanConn, up net.Conn, pre []byt
 	defer up.Close()
 	client := &replayConn{Conn: sc.Conn, pre: pre}
 	if rq.d.Rule.TLS {
-		hello, raw, err := peekClientHello(client, rq.hello)
+		hello, raw, err := peekClientHello(client, cmp.Or(rq.hello, x.helloTimeout))
 		if reason, detail := x.checkHello(rq, hello, err); reason != policy.ReasonAllowed {
 			x.cut(ctx, rq, reason, detail)
 			return
@@ -283,7 +284,7 @@ func (x *Proxy) checkHello(rq *request, hello *tls.ClientHelloInfo, err error) (
 func (x *Proxy) inspect(ctx context.Context, sc *scanConn, pre []byte, rq *request, port uint16) {
 	defer sc.Close()
 	client := &replayConn{Conn: sc.Conn, pre: pre}
-	client.SetReadDeadline(time.Now().Add(rq.hello))
+	client.SetReadDeadline(time.Now().Add(cmp.Or(rq.hello, x.helloTimeout)))
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(client, first); err != nil {
 		x.cut(ctx, rq, policy.ReasonNoClientHello, err.Error())
@@ -303,7 +304,7 @@ func (x *Proxy) inspect(ctx context.Context, sc *scanConn, pre []byte, rq *reque
 		return
 	}
 	tc := tls.Server(client, cfg)
-	tc.SetDeadline(time.Now().Add(rq.hello))
+	tc.SetDeadline(time.Now().Add(cmp.Or(rq.hello, x.helloTimeout)))
 	if err := tc.Handshake(); err != nil {
 		if !errors.Is(err, errSNIMismatch) { // logged by the SNI check
 			x.cut(ctx, rq, policy.ReasonTLSHandshake, err.Error())

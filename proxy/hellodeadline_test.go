@@ -28,7 +28,7 @@ func TestHelloDeadline(t *testing.T) {
 		{strings.Repeat("1", 40) + "ms", HelloTimeout, false},
 	}
 	for _, tt := range tests {
-		if got, ok := helloDeadline(tt.asked, HelloTimeout); got != tt.want || ok != tt.ok {
+		if got, ok := shorterDeadline(tt.asked, HelloTimeout); got != tt.want || ok != tt.ok {
 			t.Errorf("%q: got %v %v, want %v %v", tt.asked, got, ok, tt.want, tt.ok)
 		}
 	}
@@ -39,7 +39,7 @@ func FuzzHelloDeadline(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, asked string) {
-		got, ok := helloDeadline(asked, HelloTimeout)
+		got, ok := shorterDeadline(asked, HelloTimeout)
 		if got > HelloTimeout || got < MinHelloDeadline || !ok && got != HelloTimeout {
 			t.Errorf("%q: got %v %v", asked, got, ok)
 		}
