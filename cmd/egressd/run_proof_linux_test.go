@@ -172,3 +172,30 @@ func TestRunDefaultConfigOffline(t *testing.T) {
 		}
 	}
 }
+
+// TestRunIdentity: `run --identity NAME` logs the sandbox's decisions as
+// NAME (trial runs of one agent add up for `suggest --identity NAME`),
+// and suggest leaves the run's own probe traffic out.
+func TestRunIdentity(t *testing.T) {
+	l := newRunLab(t, runConfig)
+	logFile := filepath.Join(l.dir, "decisions.jsonl")
+	l.run(t, []string{"--identity", "agent-x", "--log", logFile}, "curl", "-sS", "-m", "10", "http://unlisted.test/x")
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for line := range strings.SplitSeq(string(b), "\n") {
+		found = found || strings.Contains(line, `"identity":"agent-x"`) && strings.Contains(line, `"host":"unlisted.test"`)
+	}
+	if !found {
+		t.Fatalf("the run's decision for unlisted.test is not logged as agent-x:\n%s", b)
+	}
+	code, sug, errs := runCmd("suggest", "--log", logFile, "--identity", "agent-x")
+	if code != exitOK || !strings.Contains(sug, "hosts: [unlisted.test]") || strings.Contains(sug, "canary") || strings.Contains(sug, "egressd-selftest-unlisted") {
+		t.Errorf("suggest --identity agent-x on the run's log: exit %d\n%s%s", code, sug, errs)
+	}
+	if _, code := l.run(t, []string{"--identity", "egressd-selftest"}, "true"); code != exitUsage {
+		t.Errorf("--identity egressd-selftest: exit %d, want %d (that name labels egressd's own probes)", code, exitUsage)
+	}
+}
