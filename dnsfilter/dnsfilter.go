@@ -74,6 +74,11 @@ type Config struct {
 	// reason honeytoken), and OnHoneytoken hears of each such query.
 	Honeytokens  *honeytoken.Registry
 	OnHoneytoken func(identity, name string, t honeytoken.Token)
+	// Answered, when set, is told the addresses of every answer given for
+	// an allowed name, and their shortest TTL, before the client gets them
+	// (egressd's wiring: transparent mode redirects those addresses, and
+	// only those, for that long).
+	Answered func(client netip.Addr, addrs []netip.Addr, ttl time.Duration)
 }
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
@@ -94,6 +99,7 @@ type Server struct {
 	exempt     func(netip.AddrPort) bool
 	honey      *honeytoken.Registry
 	onHoney    func(identity, name string, t honeytoken.Token)
+	answered   func(netip.Addr, []netip.Addr, time.Duration)
 
 	mu        sync.Mutex
 	closed    bool
@@ -157,15 +163,16 @@ func New(c Config) (*Server, error) {
 		return nil, errors.New("dnsfilter: new server: no policy")
 	}
 	s := &Server{
-		policy:  c.Policy,
-		log:     c.Logger,
-		dial:    c.Dial,
-		limits:  limiters{clients: map[netip.Addr]*client{}},
-		budget:  c.NameBudget,
-		gate:    c.Gate,
-		exempt:  c.Exempt,
-		honey:   c.Honeytokens,
-		onHoney: c.OnHoneytoken,
+		policy:   c.Policy,
+		log:      c.Logger,
+		dial:     c.Dial,
+		limits:   limiters{clients: map[netip.Addr]*client{}},
+		budget:   c.NameBudget,
+		gate:     c.Gate,
+		exempt:   c.Exempt,
+		honey:    c.Honeytokens,
+		onHoney:  c.OnHoneytoken,
+		answered: c.Answered,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_queries_total",
 			Help: "DNS queries answered by the filter, by result.",
@@ -378,8 +385,40 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 	// rule, the names below. NODATA only says "no address you may use";
 	// getaddrinfo and Go both report it as "no such host" once both
 	// families come back empty.
+	if s.answered != nil {
+		if addrs, ttl := answerAddrs(f.kept); len(addrs) > 0 {
+			s.answered(e.client, addrs, ttl)
+		}
+	}
 	s.reply(w, r, dns.RcodeSuccess, f.kept)
 	e.answers = len(f.kept)
+}
+
+// answerAddrs are the addresses of the A and AAAA records of rrs and
+// their shortest TTL.
+func answerAddrs(rrs []dns.RR) ([]netip.Addr, time.Duration) {
+	var addrs []netip.Addr
+	var ttl uint32
+	for _, rr := range rrs {
+		var ip net.IP
+		switch v := rr.(type) {
+		case *dns.A:
+			ip = v.A
+		case *dns.AAAA:
+			ip = v.AAAA
+		default:
+			continue
+		}
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			continue
+		}
+		if len(addrs) == 0 || rr.Header().Ttl < ttl {
+			ttl = rr.Header().Ttl
+		}
+		addrs = append(addrs, a.Unmap())
+	}
+	return addrs, time.Duration(ttl) * time.Second
 }
 
 // deny answers NXDOMAIN for a name the policy refuses and counts it

@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Warnings lists what is valid in p but weakens the self-test's proof;
 // egressd validate prints them (exit 0).
@@ -16,6 +19,9 @@ func (p *Policy) Warnings() []string {
 		w = append(w, p.parentPortWarnings()...)
 	}
 	for _, r := range p.Rules {
+		if h := p.highRiskHost(r); h != "" {
+			w = append(w, fmt.Sprintf("allow[%d] (%q) can never allow %s: it is a high-risk name (metadata, link-local or an operator's deny list), refused before any rule; remove it from the rule", r.Index, r.Name, h))
+		}
 		if r.inlineHosts > bigInlineHosts {
 			w = append(w, fmt.Sprintf("allow[%d] (%q) lists %d hosts inline: move them to allow[].hosts_files (one pattern a line), which a list this long loads from faster and in less memory, at start and at every reload (inline, only runs of bare names skip the YAML parser's node per entry; entries with comments or other forms load several times slower)", r.Index, r.Name, r.inlineHosts))
 		}
@@ -54,4 +60,23 @@ func (p *Policy) parentPortWarnings() []string {
 		}
 	}
 	return w
+}
+
+// neverAllowScan bounds how many hosts of one rule highRiskHost checks: a
+// warning must not slow the load of a big hosts_files list.
+const neverAllowScan = 10_000
+
+// highRiskHost is the first host a rule names that is high-risk (so the
+// rule can never allow it), "" if none among its first neverAllowScan.
+func (p *Policy) highRiskHost(r *Rule) string {
+	n := 0
+	for h := range r.Hosts.All() {
+		if n++; n > neverAllowScan {
+			break
+		}
+		if name := strings.TrimPrefix(h, "*."); name != "*" && p.HighRiskName(name) {
+			return h
+		}
+	}
+	return ""
 }

@@ -11,6 +11,45 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
+// HelloDeadlineHeader, on a CONNECT, asks for a shorter ClientHello
+// deadline for that one tunnel (a Go duration, at least MinHelloDeadline,
+// never longer than the proxy's own): a client can only shorten its own
+// wait. egressd's 200 then carries the deadline it applies in the same
+// header, so the self-test's silent-tunnel probe observes the deadline
+// hold in a fraction of a second instead of waiting HelloTimeout.
+const HelloDeadlineHeader = "X-Egressd-Hello-Deadline"
+
+// DialDeadlineHeader, on a CONNECT, bounds how long egressd resolves and
+// dials the target before it answers (a Go duration, at least
+// MinHelloDeadline; never longer than egressd's own budgets): a client can
+// only shorten its own wait. A resolver or upstream that does not answer
+// in time gets the CONNECT its 504 upstream-timeout then, so the
+// self-test's probes learn of an outage within their own timeout instead
+// of giving up with no answer.
+const DialDeadlineHeader = "X-Egressd-Dial-Deadline"
+
+// maxDialDeadline caps what DialDeadlineHeader can ask for (the dial and
+// resolver budgets apply anyway).
+const maxDialDeadline = time.Minute
+
+// MinHelloDeadline is the shortest deadline HelloDeadlineHeader or
+// DialDeadlineHeader may ask for.
+const MinHelloDeadline = 50 * time.Millisecond
+
+// shorterDeadline is the deadline of a tunnel whose CONNECT carried asked
+// (HelloDeadlineHeader or DialDeadlineHeader; "" if none) under the
+// proxy's limit: the shorter of the two, and whether the client asked.
+func shorterDeadline(asked string, limit time.Duration) (time.Duration, bool) {
+	if asked == "" || len(asked) > 32 {
+		return limit, false
+	}
+	d, err := time.ParseDuration(asked)
+	if err != nil || d >= limit {
+		return limit, false
+	}
+	return max(d, MinHelloDeadline), true
+}
+
 // serveConnect decides a CONNECT and runs the tunnel: deny with a status,
 // splice a host-only rule after the SNI check, or inspect (terminate TLS
 // with egressd's CA and serve the requests inside). egressd handles CONNECT
@@ -39,6 +78,12 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		x.writeDeny(w, r, rq, reason, rq.d.RuleName(), detail)
 		return
 	}
+	dctx := r.Context()
+	if d, asked := shorterDeadline(r.Header.Get(DialDeadlineHeader), maxDialDeadline); asked {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(dctx, d)
+		defer cancel()
+	}
 	var up net.Conn
 	if rq.d.Inspect {
 		if x.ca == nil {
@@ -49,13 +94,13 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		// only to refused addresses gets its 403 now, not after a TLS
 		// handshake with egressd's CA. Each inner request dials (and
 		// checks) again.
-		if _, err := x.dialer.check(r.Context(), p, &rq.d, t.Port); err != nil {
+		if _, err := x.dialer.check(dctx, p, &rq.d, t.Port); err != nil {
 			x.writeDialError(w, r, rq, err)
 			return
 		}
 	} else {
 		// Dial first, so that a failure gets its status on the CONNECT.
-		if up, rq.upAddr, err = x.dialer.dial(r.Context(), p, &rq.d, t.Port); err != nil {
+		if up, rq.upAddr, err = x.dialer.dial(dctx, p, &rq.d, t.Port); err != nil {
 			x.writeDialError(w, r, rq, err)
 			return
 		}
@@ -85,7 +130,12 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 	}
 	sc.SetDeadline(time.Time{}) // net/http's deadlines end with the hijack
 	x.openTunnel(tn)
-	if _, err := io.WriteString(sc, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+	established := "HTTP/1.1 200 Connection established\r\n\r\n"
+	var asked bool
+	if rq.hello, asked = shorterDeadline(r.Header.Get(HelloDeadlineHeader), x.helloTimeout); asked {
+		established = "HTTP/1.1 200 Connection established\r\n" + HelloDeadlineHeader + ": " + rq.hello.String() + "\r\n\r\n"
+	}
+	if _, err := io.WriteString(sc, established); err != nil {
 		x.closeTunnel(tn)
 		return
 	}

@@ -397,6 +397,10 @@ type request struct {
 	// cutBy is set when egressd closes the open tunnel (reload,
 	// quarantine): its last log line is then a denial.
 	cutBy atomic.Pointer[cutInfo]
+	// hello is a CONNECT tunnel's ClientHello deadline, if shorter than
+	// the proxy's because the client asked (HelloDeadlineHeader); zero:
+	// the proxy's.
+	hello time.Duration
 	// headBytes is the size of the request head the client sent (data
 	// out, like the body).
 	headBytes int

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -194,7 +195,7 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) {
 func (x *Proxy) tunnelHello(tn *tunnel) (policy.Reason, string) {
 	if tn.hello == nil {
 		client := &replayConn{Conn: tn.raw, pre: tn.pre}
-		hello, raw, err := peekClientHello(client, x.helloTimeout)
+		hello, raw, err := peekClientHello(client, x.helloDeadline(tn.rq))
 		if err != nil {
 			return x.checkHello(tn.rq, nil, err)
 		}
@@ -202,6 +203,11 @@ func (x *Proxy) tunnelHello(tn *tunnel) (policy.Reason, string) {
 	}
 	return x.checkHello(tn.rq, tn.hello, nil)
 }
+
+// helloDeadline is how long rq's tunnel waits for a ClientHello (and an
+// inspected handshake): the proxy's, or the shorter one its CONNECT asked
+// for (HelloDeadlineHeader).
+func (x *Proxy) helloDeadline(rq *request) time.Duration { return cmp.Or(rq.hello, x.helloTimeout) }
 
 // checkHello decides a tunnel's ClientHello: the reason to cut it, or
 // ReasonAllowed to let it through.
@@ -228,7 +234,7 @@ func (x *Proxy) inspect(ctx context.Context, tn *tunnel) {
 	client := &replayConn{Conn: tn.raw, pre: tn.pre}
 	tn.pre = nil
 	if tn.hello == nil { // a transparent front read it, so it is TLS
-		client.SetReadDeadline(time.Now().Add(x.helloTimeout))
+		client.SetReadDeadline(time.Now().Add(x.helloDeadline(rq)))
 		first := make([]byte, 1)
 		if _, err := io.ReadFull(client, first); err != nil {
 			x.cut(ctx, rq, policy.ReasonNoClientHello, err.Error())
@@ -250,7 +256,7 @@ func (x *Proxy) inspect(ctx context.Context, tn *tunnel) {
 		return
 	}
 	tc := tls.Server(client, cfg)
-	tc.SetDeadline(time.Now().Add(x.helloTimeout))
+	tc.SetDeadline(time.Now().Add(x.helloDeadline(rq)))
 	if err := tc.Handshake(); err != nil {
 		if !errors.Is(err, errSNIMismatch) { // logged by the SNI check
 			x.cut(ctx, rq, policy.ReasonTLSHandshake, err.Error())

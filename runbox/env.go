@@ -9,9 +9,13 @@ import (
 	"strings"
 )
 
-// noProxy is the sandbox's own loopback: its servers are its own, never
-// reached through the proxy.
-const noProxy = "localhost,127.0.0.1,::1"
+// noProxy is the sandbox's own loopback (its servers are its own, never
+// reached through the proxy) and the cloud metadata addresses: a client
+// sends those straight at the wall, which drops them in silence as a
+// sealed box does. Through the proxy it would get egressd's 403, an HTTP
+// answer that a probe script (curl -s, no -f) cannot tell from the
+// metadata service's own.
+const noProxy = "localhost,127.0.0.1,::1,169.254.169.254,fd00:ec2::254,metadata.google.internal"
 
 // cleanKeep is what --clean-env keeps: what a shell and a locale need.
 var cleanKeep = []string{"PATH", "HOME", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME", "SHELL", "TZ", "TMPDIR"}
@@ -38,7 +42,7 @@ func Env(host []string, clean bool, keep []string, proxy netip.AddrPort, bundle,
 		"NODE_USE_ENV_PROXY": "1",
 		"JAVA_TOOL_OPTIONS": "-Dhttp.proxyHost=" + proxy.Addr().String() + " -Dhttp.proxyPort=" + strconv.Itoa(int(proxy.Port())) +
 			" -Dhttps.proxyHost=" + proxy.Addr().String() + " -Dhttps.proxyPort=" + strconv.Itoa(int(proxy.Port())) +
-			" -Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]" + javaTrust,
+			" -Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]|169.254.169.254|[fd00:ec2::254]|metadata.google.internal" + javaTrust,
 	}
 	for _, k := range CABundleVars {
 		set[k] = bundle

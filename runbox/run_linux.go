@@ -114,6 +114,11 @@ func Run(ctx context.Context, c Config) (int, error) {
 	if files := readableSecrets(c.Policy, c.Cred); len(files) > 0 {
 		return 0, &SecretsError{Files: files}
 	}
+	if c.Identity != "" {
+		if _, err := WithIdentity(c.Policy, c.Identity, nil); err != nil {
+			return 0, err
+		}
+	}
 	gw, err := sandbox.Current()
 	if err != nil {
 		return 0, err
@@ -145,6 +150,11 @@ func Run(ctx context.Context, c Config) (int, error) {
 	}
 	gw4 := b.link.Gateway4.Addr()
 	rp := Policy(c.Policy, gw4, !c.NoTransparent)
+	if c.Identity != "" {
+		if rp, err = WithIdentity(rp, c.Identity, []netip.Addr{b.link.Sandbox4.Addr(), b.link.Sandbox6.Addr()}); err != nil {
+			return 0, err
+		}
+	}
 	proxyAP := netip.MustParseAddrPort(rp.Listen.Proxy)
 	v, err := b.startGateway(ctx, c, rp, log, sum, logFile)
 	if err != nil || ctx.Err() != nil {
@@ -153,7 +163,15 @@ func Run(ctx context.Context, c Config) (int, error) {
 		}
 		return 0, err
 	}
-	if !v.Sealed || v.Err != nil {
+	switch {
+	case v.Leaked() || v.Err != nil:
+		return ExitNotSealed, &NotSealedError{Reason: verdictReason(v)}
+	case !v.Sealed && len(v.ControlsFailed) > 0:
+		// An outage, not a leak (docs/PROOF.md): every probe of the walls
+		// and the policy passed, only an allowed target did not answer.
+		// CMD runs; it may find that target unreachable too.
+		fmt.Fprintf(c.Stderr, "egressd run: WARNING: a positive control could not reach its target (an outage, not a leak: no probe got past the walls or the policy); starting the command: %s\n", strings.Join(v.ControlsFailed, "; "))
+	case !v.Sealed:
 		return ExitNotSealed, &NotSealedError{Reason: verdictReason(v)}
 	}
 	env, resolvConf, err := b.commandEnv(c, gw4, proxyAP)

@@ -59,9 +59,11 @@ type summary struct {
 }
 
 func (s *summary) add(r slog.Record) {
-	var decision, host, reason, method, detail string
+	var decision, host, reason, method, detail, identity string
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
+		case "identity":
+			identity = a.Value.String()
 		case "method":
 			method = a.Value.String()
 		case "detail":
@@ -77,8 +79,8 @@ func (s *summary) add(r slog.Record) {
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.held > 0 || method == "CONNECT" && detail == "tunnel inspected" {
-		return // a probe's; or a tunnel whose requests are counted one by one
+	if s.held > 0 || policy.IsProbeIdentity(identity) || method == "CONNECT" && detail == "tunnel inspected" {
+		return // a probe's (while it runs, or labelled so); or a tunnel whose requests are counted one by one
 	}
 	switch decision {
 	case "allow":

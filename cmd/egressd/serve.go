@@ -56,7 +56,15 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return exitUsage
 	}
 	g := daemon.Gateway{
-		Load:            func() (*policy.Policy, error) { return loadPolicy(*cfg) },
+		Load: func() (*policy.Policy, error) {
+			p, err := loadPolicy(*cfg)
+			if err == nil {
+				for _, w := range p.Warnings() { // at start and at every reload
+					log.Warn("config warning", "config", p.Source, "warning", w)
+				}
+			}
+			return p, err
+		},
 		Logger:          log,
 		StateDir:        *stateDir,
 		AuditLog:        *auditLog,
