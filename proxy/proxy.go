@@ -213,8 +213,11 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	gp.CertStore = nil
 	gp.KeepAcceptEncoding = true
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		x.m.requests.WithLabelValues("deny", policy.ReasonNotProxyRequest.String(), "", "").Inc()
-		http.Error(w, "egressd: "+policy.ReasonNotProxyRequest.Help(), policy.ReasonNotProxyRequest.Status())
+		rq, _ := r.Context().Value(keyDecision).(*request)
+		if rq == nil {
+			rq = &request{start: time.Now(), method: r.Method}
+		}
+		x.refuse(w, r, rq, policy.ReasonNotProxyRequest, policy.ReasonNotProxyRequest.Help())
 	})
 	gp.OnRequest().DoFunc(x.onRequest)
 	// CONNECT is served by serveConnect and never reaches goproxy; if one

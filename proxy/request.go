@@ -118,7 +118,9 @@ func innerTarget(tun *request, r *http.Request) (policy.Target, error) {
 	t.Scheme = "https"
 	uri := r.RequestURI
 	hostHdr := r.Host
-	if strings.Contains(uri, "://") {
+	// Absolute-form only when the target does not start with '/': an
+	// origin-form target may carry "://" in its query (?u=https://…).
+	if !strings.HasPrefix(uri, "/") && strings.Contains(uri, "://") {
 		u, err := policy.ParseURL(uri)
 		if err != nil {
 			return t, err

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/event"
+)
+
+// decisionLines counts the decision records in a log.
+func decisionLines(log string) int {
+	return strings.Count(log, `"msg":"`+event.Msg+`"`)
+}
+
+// TestEveryRequestDecided: heads that net/http itself would answer with a
+// bare 400/501/505/417 (malformed absolute-form targets in URL-confusion
+// spellings, bad heads) are each one decision: X-Egressd-Deny, exactly one
+// decision line, counted, and a metadata attempt in any spelling is
+// counted high-risk and alerted even though it cannot be parsed.
+func TestEveryRequestDecided(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var mu sync.Mutex
+	var alerts []Attempt
+	h := newHarnessWith(t, testConfig, testNames, func(c *Config) {
+		c.Registry = reg
+		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock() }
+	})
+	port := h.plain.port()
+	tests := []struct {
+		name, head string
+		reason     string
+		highRisk   bool
+	}{
+		{"backslash before @", "GET http://169.254.169.254\\@allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "bad-target", true},
+		{"fragment @", "GET http://169.254.169.254#@allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "bad-target", true},
+		{"control char in host", "GET http://169.254.169.254\x01/ HTTP/1.1\r\nHost: x\r\n\r\n", "bad-target", true},
+		{"space in target", "GET http://169.254.169.254 /x HTTP/1.1\r\nHost: x\r\n\r\n", "bad-target", true},
+		{"decimal metadata with bad escape", "GET http://2852039166%zz/ HTTP/1.1\r\nHost: x\r\n\r\n", "bad-target", true},
+		{"localhost tab", "GET http://localhost\t:" + port + "/ HTTP/1.1\r\nHost: x\r\n\r\n", "bad-target", true},
+		{"non-ASCII Host", "GET http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: \xe2\x91\xa0\xe2\x91\xa5\xe2\x91\xa8.254.169.254\r\n\r\n", "bad-request", true},
+		{"bad host, public", "GET http://exa mple.test/ HTTP/1.1\r\nHost: x\r\n\r\n", "bad-target", false},
+		{"unknown transfer coding", "POST http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\nTransfer-Encoding: gzip\r\n\r\n", "bad-request", false},
+		{"HTTP/2.0 line", "GET http://allowed.test:" + port + "/ HTTP/2.0\r\nHost: allowed.test\r\n\r\n", "bad-request", false},
+		{"missing Host", "GET http://allowed.test:" + port + "/ HTTP/1.1\r\n\r\n", "bad-request", false},
+		{"malformed header line", "GET http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\nNo colon here\r\n\r\n", "bad-request", false},
+		{"bad version", "GET http://allowed.test:" + port + "/ HTTX/1.1\r\nHost: allowed.test\r\n\r\n", "bad-request", false},
+		{"unknown Expect", "GET http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\nExpect: teapot\r\n\r\n", "bad-request", false},
+		{"Transfer_Encoding", "POST http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\nContent-Length: 5\r\nTransfer_Encoding: chunked\r\n\r\n0\r\n\r\n", "bad-request", false},
+		{"content_length", "POST http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\ncontent_length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "bad-request", false},
+		{"origin-form to a proxy", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "not-proxy-request", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mu.Lock()
+			alerts = nil
+			mu.Unlock()
+			lines := decisionLines(h.logs.String())
+			highRisk := sumMetric(t, reg, "egressd_high_risk_total")
+			requests := sumMetric(t, reg, "egressd_requests_total")
+			hits := h.plain.hits.Load()
+			out := h.raw(tt.head)
+			if want := "X-Egressd-Deny: " + tt.reason + "\r\n"; !strings.Contains(out, want) {
+				t.Errorf("answer %.200q, want %q", out, want)
+			}
+			if n := decisionLines(h.logs.String()) - lines; n != 1 {
+				t.Errorf("%d decision lines, want 1; log:\n%s", n, h.logs.String())
+			}
+			if n := sumMetric(t, reg, "egressd_requests_total") - requests; n != 1 {
+				t.Errorf("egressd_requests_total grew by %v, want 1", n)
+			}
+			wantHR := 0.0
+			if tt.highRisk {
+				wantHR = 1
+			}
+			if n := sumMetric(t, reg, "egressd_high_risk_total") - highRisk; n != wantHR {
+				t.Errorf("egressd_high_risk_total grew by %v, want %v", n, wantHR)
+			}
+			mu.Lock()
+			got := len(alerts)
+			mu.Unlock()
+			if want := int(wantHR); got != want {
+				t.Errorf("%d alerts, want %d", got, want)
+			}
+			if h.plain.hits.Load() != hits {
+				t.Errorf("a refused head reached the origin")
+			}
+		})
+	}
+	// negative control: a plain good request is one allow line
+	lines := decisionLines(h.logs.String())
+	out := h.raw(fmt.Sprintf("GET http://allowed.test:%s/ HTTP/1.1\r\nHost: allowed.test:%s\r\nConnection: close\r\n\r\n", port, port))
+	if !strings.HasPrefix(out, "HTTP/1.1 200") {
+		t.Errorf("good request: %.200q", out)
+	}
+	if n := decisionLines(h.logs.String()) - lines; n != 1 {
+		t.Errorf("good request: %d decision lines, want 1", n)
+	}
+}
+
+// TestTunnelRequestsDecided: inside an inspected tunnel, heads the inner
+// net/http server would refuse on its own are decisions too, and an
+// origin-form target with "://" in its query is decided as the path it is
+// (no false host-mismatch).
+func TestTunnelRequestsDecided(t *testing.T) {
+	tests := []struct {
+		name, head string
+		status     string
+		reason     string
+	}{
+		{"control char in path", "GET /a\x01b HTTP/1.1\r\nHost: docs.test:{PORT}\r\n\r\n", "403", "bad-target"},
+		{"unknown transfer coding", "POST /guide HTTP/1.1\r\nHost: docs.test:{PORT}\r\nTransfer-Encoding: gzip\r\n\r\n", "400", "bad-request"},
+		{"missing Host", "GET /guide HTTP/1.1\r\n\r\n", "400", "bad-request"},
+		{"Transfer_Encoding", "POST /guide HTTP/1.1\r\nHost: docs.test:{PORT}\r\nContent-Length: 5\r\nTransfer_Encoding: chunked\r\n\r\n0\r\n\r\n", "400", "bad-request"},
+		{"URL in the query", "GET /guide?u=https://example.com/x HTTP/1.1\r\nHost: docs.test:{PORT}\r\nConnection: close\r\n\r\n", "200", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, testConfig, testNames) // a log of its own
+			port := h.tlsO.port()
+			tt.head = strings.ReplaceAll(tt.head, "{PORT}", port)
+			tc := h.inspectedTLS(t, "docs.test:"+port, "docs.test")
+			defer tc.Close()
+			io.WriteString(tc, tt.head)
+			out, _ := io.ReadAll(tc)
+			if !strings.HasPrefix(string(out), "HTTP/1.1 "+tt.status) {
+				t.Errorf("answer %.200q, want %s", out, tt.status)
+			}
+			if tt.reason != "" && !strings.Contains(string(out), "X-Egressd-Deny: "+tt.reason+"\r\n") {
+				t.Errorf("answer %.200q, want X-Egressd-Deny: %s", out, tt.reason)
+			}
+			tc.Close()
+			// An inspected CONNECT is logged only when cut: the inner
+			// request's line is the one.
+			if _, err := h.logs.Wait(10*time.Second, nil, `"msg":"decision"`); err != nil {
+				t.Fatal(err)
+			}
+			if n := decisionLines(h.logs.String()); n != 1 {
+				t.Errorf("%d decision lines, want 1; log:\n%s", n, h.logs.String())
+			}
+		})
+	}
+}
