@@ -55,6 +55,10 @@ func (x *Proxy) acceptError(listener string, err error) {
 // egressd receives is a decision.
 func (x *Proxy) newScanConn(c net.Conn, headLimit int, tun *request) *scanConn {
 	sc := newScanConn(c, headLimit)
+	sc.timeouts = func() (head, idle time.Duration) {
+		lim := &x.Policy().Limits
+		return lim.RequestHeaderTimeout, lim.IdleTimeout
+	}
 	sc.onRefuse = func(ref refusal) {
 		x.refuseHead(c, tun, ref.head, ref.reason, ref.detail)
 		c.Close()

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/policy"
 )
 
 // decisionLines counts the decision records in a log.
@@ -144,5 +146,78 @@ func TestTunnelRequestsDecided(t *testing.T) {
 				t.Errorf("%d decision lines, want 1; log:\n%s", n, h.logs.String())
 			}
 		})
+	}
+}
+
+// TestLimitsFollowReload: net/http's limits follow a reload. A head
+// within a raised limits.header_bytes passes (net/http's own limit was the
+// one at start: a bare 431), and a shortened request_header_timeout ends a
+// silent head on a server started under the old one.
+func TestLimitsFollowReload(t *testing.T) {
+	cfg := strings.Replace(testConfig, "identities:\n", "limits:\n  request_header_timeout: 60s\nidentities:\n", 1)
+	h := newHarness(t, cfg, testNames)
+	port := h.plain.port()
+	reload := func(limits string) {
+		t.Helper()
+		p, err := policy.Parse(strings.NewReader("version: 1\nlimits:\n"+limits+"allow:\n  - name: origin\n    cidrs: [127.0.0.0/8]\n    ports: [\"1-65535\"]\n    pages: [\"*\"]\n"), "reload.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.px.SetPolicy(p)
+	}
+	reload("  header_bytes: 131072\n  request_header_timeout: 60s\n")
+	pad := strings.Repeat("X-Pad: "+strings.Repeat("a", 1000)+"\r\n", 64) // 64 KiB of head
+	out := h.raw(fmt.Sprintf("GET http://127.0.0.1:%s/ HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n%sConnection: close\r\n\r\n", port, port, pad))
+	if !strings.HasPrefix(out, "HTTP/1.1 200") {
+		t.Errorf("64 KiB head under a raised header_bytes of 128 KiB: %.200q, want 200", out)
+	}
+
+	reload("  request_header_timeout: 300ms\n")
+	c, err := net.Dial("tcp", h.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET http://127.0.0.1:"+port+"/ HTTP/1.1\r\n") // and nothing more
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))              // a bound for a wedged test, not a wait
+	start := time.Now()
+	_, err = io.ReadAll(c)
+	if err != nil || time.Since(start) > 5*time.Second {
+		t.Errorf("silent head after a reload to request_header_timeout 300ms: closed after %v (%v), want well under 5s", time.Since(start), err)
+	}
+}
+
+// TestNotReadyBodyReasonOnly: the 503 of the readiness gate tells the
+// sandbox the reason code only; the daemon's detail (which rules, which
+// probes leaked) goes to the log, where the operator reads it.
+func TestNotReadyBodyReasonOnly(t *testing.T) {
+	const secret = "probe metadata-direct leaked under rule internal-billing"
+	h := newHarnessWith(t, testConfig, testNames, func(c *Config) {
+		c.Gate = func(*policy.Policy) (policy.Reason, string) {
+			return policy.ReasonNotReady, "egressd is not ready: " + secret
+		}
+	})
+	port := h.plain.port()
+	for _, target := range []string{"http://allowed.test:" + port + "/", "https://allowed.test:" + h.tlsO.port() + "/"} {
+		resp, body := h.do("GET", target, nil, nil)
+		if resp == nil {
+			// a refused CONNECT: the client reports the status only
+			if !strings.Contains(body, "Service Unavailable") {
+				t.Errorf("%s: %s", target, body)
+			}
+			continue
+		}
+		if resp.StatusCode != 503 || resp.Header.Get("X-Egressd-Deny") != "not-ready" {
+			t.Errorf("%s: %d %q, want 503 not-ready", target, resp.StatusCode, resp.Header.Get("X-Egressd-Deny"))
+		}
+		if strings.Contains(body, "internal-billing") || strings.Contains(body, "metadata-direct") {
+			t.Errorf("%s: the 503 body tells the sandbox the daemon's state: %q", target, body)
+		}
+	}
+	waitLog(t, h, secret)
+	// the CONNECT's 503, read raw
+	out := h.raw("CONNECT allowed.test:" + h.tlsO.port() + " HTTP/1.1\r\nHost: allowed.test:" + h.tlsO.port() + "\r\n\r\n")
+	if !strings.HasPrefix(out, "HTTP/1.1 503") || strings.Contains(out, "internal-billing") {
+		t.Errorf("CONNECT: %.300q, want a 503 without the daemon's detail", out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -46,8 +47,11 @@ type scanConn struct {
 	// the head and the status net/http would have sent, and answers in
 	// its place.
 	onGoError func(h headInfo, status int)
-	headSize  int // bytes of the current head so far
-	lineNo    int // lines of the current head so far
+	// timeouts gives the head and idle timeouts in force, which replace
+	// net/http's sentinel deadlines (newHTTPServer).
+	timeouts func() (head, idle time.Duration)
+	headSize int // bytes of the current head so far
+	lineNo   int // lines of the current head so far
 
 	st        scanState
 	line      []byte // current head or chunk-size/trailer line, capped
@@ -99,6 +103,25 @@ func (c *scanConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// SetReadDeadline is net/http's: its sentinel header and idle deadlines
+// become the current policy's timeouts (none when 0).
+func (c *scanConn) SetReadDeadline(t time.Time) error {
+	if c.timeouts != nil && !t.IsZero() {
+		if d := time.Until(t); d > sentinelHeaderTimeout/2 {
+			head, idle := c.timeouts()
+			lim := head
+			if d > (sentinelHeaderTimeout+sentinelIdleTimeout)/2 {
+				lim = idle
+			}
+			t = time.Time{}
+			if lim > 0 {
+				t = time.Now().Add(lim)
+			}
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
 }
 
 // refuseHead stops scanning and records why the head is refused.

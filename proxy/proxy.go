@@ -269,23 +269,36 @@ func (x *Proxy) ViaProxy(remote netip.AddrPort) bool { return x.dialer.out.has(r
 // serveHTTP serves h on l with the proxy's timeouts and limits, each
 // connection watched by a scanConn the handler finds in its context.
 func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
-	p := x.Policy()
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: p.Limits.RequestHeaderTimeout,
-		IdleTimeout:       p.Limits.IdleTimeout,
-		// The scanner refuses a head over the limit first (431 with
-		// X-Egressd-Deny); Go's own limit (this plus 4096) is never
-		// reached, so no head passes Go that the scanner gave up on.
-		MaxHeaderBytes: p.Limits.HeaderBytes,
-		ErrorLog:       x.errorLog,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, keyConn, c)
-		},
-	}
+	srv := x.newHTTPServer(h, func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, keyConn, c)
+	})
 	x.track(srv)
 	shed := &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc}
 	return srv.Serve(&scanListener{Listener: shed, x: x, name: l.Addr().String()})
+}
+
+// Sentinels net/http gets for its limits, so that the policy in force,
+// not the one at start, sets them (a reload reaches servers already
+// running): scanConn.SetReadDeadline puts limits.request_header_timeout and
+// limits.idle_timeout in place of the sentinel deadlines, and the scanner
+// refuses a head over limits.header_bytes long before net/http's ceiling.
+const (
+	sentinelHeaderTimeout = 100_000 * time.Hour
+	sentinelIdleTimeout   = 200_000 * time.Hour
+	netHTTPHeaderCeiling  = 1 << 30
+)
+
+// newHTTPServer is the net/http server of every listener and inspected
+// tunnel: its connections must be scanConns (which apply the limits).
+func (x *Proxy) newHTTPServer(h http.Handler, connCtx func(context.Context, net.Conn) context.Context) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: sentinelHeaderTimeout,
+		IdleTimeout:       sentinelIdleTimeout,
+		MaxHeaderBytes:    netHTTPHeaderCeiling,
+		ErrorLog:          x.errorLog,
+		ConnContext:       connCtx,
+	}
 }
 
 // Shutdown stops accepting, closes open tunnels, and waits for requests.

@@ -325,7 +325,18 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 func (x *Proxy) deny(r *http.Request, rq *request, reason policy.Reason, rule, detail string) *http.Response {
 	rq.d.Allow = false
 	x.logDecisionReason(r.Context(), rq, reason.Status(), reason, detail, 0, 0)
-	return denyResponse(r, reason, rule, detail, rq.message)
+	return denyResponse(r, reason, rule, clientDetail(reason, detail), rq.message)
+}
+
+// clientDetail is what a refusal's body may tell the client. The gate's
+// 503s carry the daemon's state (which probes leaked, which rules failed
+// their self-test): the operator's to read in the log and on the admin
+// endpoint, not the sandbox's; the client gets the reason's advice only.
+func clientDetail(reason policy.Reason, detail string) string {
+	if reason == policy.ReasonNotReady || reason == policy.ReasonAuditUnavailable {
+		return reason.Help()
+	}
+	return detail
 }
 
 func (x *Proxy) logDecision(ctx context.Context, rq *request, status int, detail string, in, out int64) {
