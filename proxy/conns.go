@@ -135,12 +135,7 @@ func (x *Proxy) refuseHead(c net.Conn, tun *request, h headInfo, reason policy.R
 			rq.d.Host = truncate(target, maxLogPath)
 		}
 	}
-	p := x.Policy()
-	if host, ok := p.HighRiskIn(target); ok {
-		rq.d.HighRisk, rq.d.Host, rq.target = true, host, policy.Target{}
-	} else if host, ok := p.HighRiskIn(h.host); ok && h.hostSeen {
-		rq.d.HighRisk, rq.d.Host, rq.target = true, host, policy.Target{}
-	}
+	x.scanHighRisk(rq, target, h.host)
 	status := reason.Status()
 	x.logDecisionReason(context.Background(), rq, status, reason, detail, 0, 0)
 	body := fmt.Sprintf("egressd: %d %s: %s\n", status, reason, detail)

@@ -55,6 +55,8 @@ func TestEveryRequestDecided(t *testing.T) {
 		{"unknown Expect", "GET http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\nExpect: teapot\r\n\r\n", "bad-request", false},
 		{"Transfer_Encoding", "POST http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\nContent-Length: 5\r\nTransfer_Encoding: chunked\r\n\r\n0\r\n\r\n", "bad-request", false},
 		{"content_length", "POST http://allowed.test:" + port + "/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\ncontent_length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "bad-request", false},
+		{"userinfo net/http accepts", "GET http://allowed.test@169.254.169.254/ HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n\r\n", "bad-target", true},
+		{"CONNECT with userinfo", "CONNECT a@169.254.169.254:443 HTTP/1.1\r\nHost: 169.254.169.254:443\r\n\r\n", "bad-target", true},
 		{"origin-form to a proxy", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "not-proxy-request", false},
 	}
 	for _, tt := range tests {

@@ -324,8 +324,25 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 // deny builds the refusal response and logs and counts the decision.
 func (x *Proxy) deny(r *http.Request, rq *request, reason policy.Reason, rule, detail string) *http.Response {
 	rq.d.Allow = false
+	if reason == policy.ReasonBadTarget {
+		x.scanHighRisk(rq, r.RequestURI, r.Host)
+	}
 	x.logDecisionReason(r.Context(), rq, reason.Status(), reason, detail, 0, 0)
 	return denyResponse(r, reason, rule, clientDetail(reason, detail), rq.message)
+}
+
+// scanHighRisk marks a request whose target could not be parsed as
+// high-risk when any of its raw targets (request target, Host header)
+// names a high-risk host in any spelling (policy.HighRiskIn, as check
+// does): it is then counted, logged and alerted as the attempt it is.
+func (x *Proxy) scanHighRisk(rq *request, raws ...string) {
+	p := x.Policy()
+	for _, raw := range raws {
+		if host, ok := p.HighRiskIn(raw); ok {
+			rq.d.HighRisk, rq.d.Host, rq.target = true, host, policy.Target{}
+			return
+		}
+	}
 }
 
 // clientDetail is what a refusal's body may tell the client. The gate's
