@@ -126,14 +126,28 @@ func (x *Proxy) refuseHead(c net.Conn, tun *request, h headInfo, reason policy.R
 		rq.identity = x.sourceIdentity(ap.Addr())
 	}
 	if tun == nil {
-		// what the head asked for, as far as it parses
-		if t, err := policy.ParseURL(target); err == nil {
-			rq.target = t
-		} else if t, err := policy.ParseAuthority(target); err == nil && method == http.MethodConnect {
-			rq.target = t
+		// What the head asked for, as far as it parses: a target the
+		// policy refuses anyway is refused for that (check's decision),
+		// whatever else is wrong with the head.
+		var t policy.Target
+		var err error
+		if method == http.MethodConnect {
+			t, err = policy.ParseAuthority(target)
 		} else {
-			rq.d.Host = truncate(target, maxLogPath)
+			t, err = policy.ParseURL(target)
 		}
+		switch {
+		case err != nil:
+			rq.d.Host = truncate(target, maxLogPath)
+		case method == http.MethodConnect:
+			rq.target, rq.d = t, x.Policy().DecideTargetAs(&t, rq.identity)
+		default:
+			rq.target, rq.d = t, x.Policy().DecideRequestAs(&t, rq.identity, method, "", 0)
+		}
+		if err == nil && !rq.d.Allow && reason == policy.ReasonBadRequest {
+			reason, detail = rq.d.Reason, detail+"; the target: "+rq.d.Reason.String()
+		}
+		rq.d.Allow = false
 	}
 	x.scanHighRisk(rq, target, h.host)
 	status := reason.Status()

@@ -23,7 +23,6 @@ import (
 	"github.com/elazarl/goproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
 )
@@ -591,18 +590,23 @@ func (x *Proxy) quarantined(rq *request) (string, bool) {
 }
 
 // refuse answers a request that never reached a decision rule (hygiene,
-// readiness, quarantine) and logs it.
+// readiness, quarantine) and logs it as one decision line. A malformed
+// request's raw target is scanned for a high-risk host in any spelling.
 func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reason policy.Reason, detail string) {
 	status := reason.Status()
 	w.Header().Set("X-Egressd-Deny", reason.String())
 	w.Header().Set("Connection", "close")
-	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
-	x.count(rq, event.Deny, reason.String(), "", "", false)
-	x.log.LogAttrs(r.Context(), slog.LevelWarn, event.Msg,
-		slog.String(event.KeyIdentity, rq.logIdentity()), slog.String(event.KeyMethod, r.Method),
-		slog.String(event.KeyHost, r.Host), slog.String(event.KeyPath, truncate(r.URL.Path, maxLogPath)),
-		slog.String(event.KeyDecision, event.Deny), slog.String(event.KeyReason, reason.String()), slog.String(event.KeyDetail, detail),
-		slog.Int(event.KeyStatus, status))
+	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, clientDetail(reason, detail)), status)
+	switch reason {
+	case policy.ReasonBadRequest, policy.ReasonHostMismatch, policy.ReasonNotProxyRequest:
+		x.scanHighRisk(rq, r.RequestURI, r.Host)
+	}
+	if !rq.d.HighRisk && rq.target.Host() == "" {
+		rq.d.Host = truncate(r.Host, maxLogPath)
+		rq.target.Path = r.URL.Path
+	}
+	rq.d.Allow = false
+	x.logDecisionReason(r.Context(), rq, status, reason, detail, 0, 0)
 }
 
 const maxLogPath = 200
