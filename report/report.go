@@ -124,13 +124,15 @@ func parseDecisionLog(r io.Reader) (*DecisionLog, error) {
 
 // Input is what the evidence pack is made of.
 type Input struct {
-	Now      time.Time
-	Policy   *policy.Policy
-	Runs     []selftest.HistoryLine
-	Log      *DecisionLog
-	LogFile  string
-	Walls    string // the kernel walls with their counters (nft.Show)
-	WallsErr error  // why Walls is empty
+	Now    time.Time
+	Policy *policy.Policy
+	Runs   []selftest.HistoryLine
+	// SkippedRuns is how many history lines could not be read (skipped).
+	SkippedRuns int
+	Log         *DecisionLog
+	LogFile     string
+	Walls       string // the kernel walls with their counters (nft.Show)
+	WallsErr    error  // why Walls is empty
 }
 
 // Write renders the evidence pack in Markdown.
@@ -153,6 +155,9 @@ func Write(w io.Writer, in Input) {
 
 	_, sandboxes := splitRuns(in.Runs)
 	fmt.Fprintf(w, "## 3. Escape tests: egressd's self-test\n\n")
+	if in.SkippedRuns > 0 {
+		fmt.Fprintf(w, "> %d lines of the self-test history could not be read and were skipped.\n\n", in.SkippedRuns)
+	}
 	writeHistory(w, own)
 
 	fmt.Fprintf(w, "## 4. In-sandbox probes\n\n")
@@ -313,6 +318,7 @@ type Pack struct {
 	WallsErr  string                 `json:"walls_error,omitempty"`
 	Rules     int                    `json:"rules"`
 	Selftest  []selftest.HistoryLine `json:"selftest_runs"`
+	Skipped   int                    `json:"skipped_history_lines,omitempty"`
 	Probes    []ProbeRow             `json:"sandbox_probes"`
 	Decisions *DecisionSummary       `json:"decisions,omitempty"`
 	Reached   []ReachRow             `json:"reached"`
@@ -333,7 +339,7 @@ type DecisionSummary struct {
 func WriteJSON(w io.Writer, in Input) error {
 	own, sandboxes := splitRuns(in.Runs)
 	pk := Pack{Generated: in.Now, Config: in.Policy.Source, Summary: historySummary(own), Walls: in.Walls,
-		Rules: len(in.Policy.Rules), Selftest: own, Probes: probeRows(sandboxes), Reached: reachRows(in.Log)}
+		Rules: len(in.Policy.Rules), Selftest: own, Skipped: in.SkippedRuns, Probes: probeRows(sandboxes), Reached: reachRows(in.Log)}
 	if in.WallsErr != nil {
 		pk.WallsErr = in.WallsErr.Error()
 	}

@@ -34,7 +34,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		printConfigError(stderr, err)
 		return exitUsage
 	}
-	runs, err := selftest.ReadHistory(filepath.Join(*stateDir, selftest.HistoryFile))
+	runs, skipped, err := selftest.ReadHistory(filepath.Join(*stateDir, selftest.HistoryFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(stderr, "egressd report: %v\n", err)
 		return exitUsage
@@ -47,7 +47,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	walls, wallsErr := showWalls()
-	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr}
+	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, SkippedRuns: skipped, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr}
 	if *asJSON {
 		if err := report.WriteJSON(stdout, in); err != nil {
 			fmt.Fprintf(stderr, "egressd report: %v\n", err)
