@@ -287,6 +287,7 @@ func (x *Proxy) serveInner(tc net.Conn, tun *request, h func(http.ResponseWriter
 func (x *Proxy) serveTunnelRequest(w http.ResponseWriter, r *http.Request, tun *request, isc *scanConn) {
 	head, _ := isc.next()
 	rq := &request{start: time.Now(), identity: tun.identity, source: tun.source, probe: tun.probe, method: r.Method, tunnel: tun, headBytes: head.size}
+	rq.forged = forgedProbe(r, rq.probe)
 	rq.target = tun.target
 	if head.bad != "" {
 		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)

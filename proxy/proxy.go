@@ -99,7 +99,20 @@ type Attempt struct {
 	HighRisk bool      `json:"high_risk"`
 	// Evaluation: the identity is marked evaluation: true.
 	Evaluation bool `json:"evaluation"`
+	// Kind, when set, names an alert of another kind than high-risk or
+	// evaluation (AlertProbeLabel, AlertProbeLeak).
+	Kind string `json:"kind,omitempty"`
 }
+
+// Alert kinds besides high-risk and evaluation.
+const (
+	// AlertProbeLabel: a request under a probe User-Agent that is not
+	// probe traffic (a token not this identity's, expired, a target off
+	// its plan or sent more often than the plan does).
+	AlertProbeLabel = "probe-label"
+	// AlertProbeLeak: an in-sandbox probe reported a leak.
+	AlertProbeLeak = "probe-leak"
+)
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
 // comes from the current policy and whose every dial is checked.
@@ -386,7 +399,10 @@ type request struct {
 	// probe is the identity probe traffic is logged and counted under
 	// (SelftestIdentity, ProbeIdentityPrefix+identity); "" for an agent.
 	// Quarantine and limits still apply to identity.
-	probe  string
+	probe string
+	// forged: the request claims to be probe traffic and is not (an
+	// alert of its own kind, AlertProbeLabel).
+	forged bool
 	target policy.Target
 	d      policy.Decision
 	method string
@@ -445,6 +461,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rq.probe = x.probeLabel(r, rq.identity, host)
+	rq.forged = forgedProbe(r, rq.probe)
 	if head.bad != "" {
 		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
 		return
@@ -568,13 +585,17 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 	if x.alert == nil {
 		return
 	}
-	if eval := x.Policy().Evaluation(rq.identity); highRisk || eval {
+	if eval := x.Policy().Evaluation(rq.identity); highRisk || eval || rq.forged {
 		host := rq.target.Host()
 		if host == "" {
 			host = rq.d.Host
 		}
-		x.alert(Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
-			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval})
+		at := Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
+			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval}
+		if rq.forged {
+			at.Kind = AlertProbeLabel
+		}
+		x.alert(at)
 	}
 }
 
