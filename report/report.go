@@ -231,11 +231,15 @@ func writeProbes(w io.Writer, now time.Time, runs []selftest.HistoryLine) {
 		fmt.Fprintf(w, "No in-sandbox probe has reported. Run `egressd probe` inside each sandbox (entrypoint guard, CI gate or `--every 5m`): egressd's own self-test probes from a namespace it wires itself, which may differ from how a container or pod is wired.\n\n")
 		return
 	}
-	fmt.Fprintf(w, "`egressd probe` runs inside each sandbox and reports through the checkpoint; the identity is the one egressd gives the sandbox's source.\n\n")
-	fmt.Fprintf(w, "| identity | last run (UTC) | age | last outcome | runs | runs with a leak |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "`egressd probe` runs inside each sandbox and reports through the checkpoint; the identity is the one egressd gives the sandbox's source, the times are egressd's. Outcomes are as reported by the sandbox: a leak is evidence, a pass only its claim, which never closes an earlier leak (an operator acknowledges it: `egressd probes incidents`).\n\n")
+	fmt.Fprintf(w, "| identity | last run (UTC) | age | last outcome (reported) | runs | runs with a leak |\n|---|---|---|---|---|---|\n")
 	var failures []string
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %v | %s | %d | %d |\n", md(r.Identity), r.Last.UTC().Format(time.RFC3339), now.Sub(r.Last).Round(time.Second), r.Outcome, r.Runs, r.LeakRuns)
+		outcome := r.Outcome
+		if r.LeakRuns > 0 && outcome != selftest.OutcomeLeak {
+			outcome += " (claimed after a leak)"
+		}
+		fmt.Fprintf(w, "| %s | %s | %v | %s | %d | %d |\n", md(r.Identity), r.Last.UTC().Format(time.RFC3339), now.Sub(r.Last).Round(time.Second), outcome, r.Runs, r.LeakRuns)
 		for _, f := range r.Failures {
 			failures = append(failures, fmt.Sprintf("- %s at %s: **%s** `%s` (%s, target `%s`): %s", md(r.Identity), r.Last.UTC().Format(time.RFC3339), f.Status, f.ID, f.Route, f.Target, f.Detail))
 		}
@@ -296,7 +300,7 @@ func writeCredentials(w io.Writer, runs []selftest.HistoryLine) {
 		fmt.Fprintf(w, "Not scanned: `egressd probe` scans its environment and its user's well-known credential files in each sandbox (names and locations only, never values).\n\n")
 		return
 	}
-	fmt.Fprintf(w, "From each sandbox's last `egressd probe` run: environment variables shaped like tokens and the well-known credential files of the user it ran as (cloud CLIs, docker, .netrc, git, SSH and PEM private keys). Names and locations only; no value is ever read into the report.\n\n")
+	fmt.Fprintf(w, "As reported by each sandbox's last `egressd probe` run (its word: a sandbox that hides a key can report none): environment variables shaped like tokens and the well-known credential files of the user it ran as (cloud CLIs, docker, .netrc, git, SSH and PEM private keys). Names and locations only; no value is ever read into the report.\n\n")
 	fmt.Fprintf(w, "| identity | kind | name | location |\n|---|---|---|---|\n")
 	for _, r := range rows {
 		if len(r.Credentials) == 0 {
