@@ -98,16 +98,18 @@ func splitRequestLine(line string) (method, target, proto string) {
 
 // rawTargetError checks a raw request target as the proxy would parse it:
 // an authority for CONNECT, an absolute URL for a proxy request, a path
-// inside an inspected tunnel (or an absolute URL there).
+// (origin-form) as a path.
 func rawTargetError(method, target string, inTunnel bool) error {
 	switch {
 	case method == http.MethodConnect:
 		_, err := policy.ParseAuthority(target)
 		return err
-	case strings.Contains(target, "://") || !inTunnel:
+	case strings.Contains(target, "://") || !inTunnel && !strings.HasPrefix(target, "/"):
 		_, err := policy.ParseURL(target)
 		return err
 	}
+	// origin-form: inside a tunnel, or on a transparent listener (on the
+	// proxy listener it is refused as not-proxy-request once parsed)
 	_, err := policy.ParseURL("https://tunnel.invalid" + target)
 	return err
 }

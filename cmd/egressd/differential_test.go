@@ -258,3 +258,69 @@ func FuzzProxyVsCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestSmugglingHeadsDecided: request-smuggling gadgets (conflicting or
+// obfuscated framing, folded names, bare line feeds, pipelined requests
+// behind them) each leave a decision line for every request egressd
+// answers, and the answer carries X-Egressd-Deny unless it is the
+// origin's.
+func TestSmugglingHeadsDecided(t *testing.T) {
+	lp := newLiveProxy(t)
+	u := "http://127.0.0.1:" + lp.port + "/"
+	host := "Host: 127.0.0.1:" + lp.port + "\r\n"
+	smuggled := "GET http://169.254.169.254/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n"
+	gadgets := []string{
+		"POST " + u + " HTTP/1.1\r\n" + host + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled,
+		"POST " + u + " HTTP/1.1\r\n" + host + "Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+		"POST " + u + " HTTP/1.1\r\n" + host + "Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+		"POST " + u + " HTTP/1.1\r\n" + host + "Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+		"POST " + u + " HTTP/1.1\r\n" + host + "Transfer-Encoding:\tchunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n",
+		"POST " + u + " HTTP/1.1\r\n" + host + "Transfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n",
+		"POST " + u + " HTTP/1.1\r\n" + host + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+		"POST " + u + " HTTP/1.1\r\n" + host + "Content-Length: +5\r\n\r\nhello",
+		"POST " + u + " HTTP/1.1\r\n" + host + "Content-Length: 5, 5\r\n\r\nhello",
+		"POST " + u + " HTTP/1.1\r\n" + host + "Transfer_Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+		"POST " + u + " HTTP/1.1\n" + host + "Transfer-Encoding: chunked\n\n0\n\n" + smuggled,
+		"GET " + u + " HTTP/1.1\r\n" + host + "Content-Length: 0\r\n\r\n" + smuggled,
+		"POST " + u + " HTTP/1.1\r\n" + host + "Transfer-Encoding: chunked\r\n\r\nZZ\r\n\r\n",
+		"GET " + u + " HTTP/1.1\r\n" + host + "X: a\rb\r\n\r\n",
+		"GET " + u + " HTTP/1.1\r\n" + host + "X\x00: a\r\n\r\n",
+		"GET\t" + u + " HTTP/1.1\r\n" + host + "\r\n",
+	}
+	for _, g := range gadgets {
+		before := lp.decisions()
+		c, err := net.Dial("tcp", lp.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, g)
+		c.(*net.TCPConn).CloseWrite() // nothing more: every request egressd will see is in g
+		br := bufio.NewReader(c)
+		var answers []*http.Response
+		for range 4 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				break
+			}
+			io.Copy(io.Discard, resp.Body)
+			answers = append(answers, resp)
+		}
+		c.Close()
+		if len(answers) == 0 {
+			t.Errorf("%q: no answer", g)
+			continue
+		}
+		for _, resp := range answers {
+			if resp.StatusCode != 200 && resp.Header.Get("X-Egressd-Deny") == "" {
+				t.Errorf("%q: %s without X-Egressd-Deny", g, resp.Status)
+			}
+		}
+		lp.mu.Lock()
+		n := len(lp.lines) - before
+		lp.mu.Unlock()
+		if n != len(answers) {
+			t.Errorf("%q: %d answers, %d decision lines", g, len(answers), n)
+		}
+	}
+}
