@@ -122,3 +122,43 @@ func TestHistoryRing(t *testing.T) {
 		t.Errorf("after the flood: %d own runs, %d of the quiet sandbox, %d flood leaks; want 1 each", serve, quiet, floodLeak)
 	}
 }
+
+// FuzzHistoryRecord: whatever report a sandbox posts (its results' texts
+// and statuses), its history record is one line within the cap that reads
+// back with the same outcome; and no file content stops ReadHistory.
+func FuzzHistoryRecord(f *testing.F) {
+	f.Add("metadata/direct", "LEAK", strings.Repeat("<", 70000), 3)
+	f.Add("tcp/a", "pass", "ok", 1)
+	f.Add("\n", "weird", "\x00\xff", 500)
+	f.Fuzz(func(t *testing.T, id, status, text string, n int) {
+		n = min(max(n, 0), 300)
+		r := &Report{}
+		for i := range n {
+			r.Results = append(r.Results, Result{ID: id, Status: Status(status), Detail: text, Result: text, Leak: i == n-1 && status == string(Leak)})
+		}
+		r.Clean()
+		h := HistoryLine{Source: "probe", Identity: id, Report: r}
+		b, err := encodeHistoryLine(h)
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		if len(b) > maxHistoryRecord || bytes.Count(b, []byte("\n")) != 1 {
+			t.Fatalf("record of %d bytes, %d lines", len(b), bytes.Count(b, []byte("\n")))
+		}
+		path := filepath.Join(t.TempDir(), HistoryFile)
+		os.WriteFile(path, append(append([]byte(text+"\n"), b...), text...), 0o600)
+		runs, _, err := ReadHistory(path)
+		if err != nil {
+			t.Fatalf("ReadHistory: %v", err)
+		}
+		var got *HistoryLine
+		for i := range runs {
+			if runs[i].Source == "probe" && runs[i].Identity == h.Identity {
+				got = &runs[i]
+			}
+		}
+		if got == nil || got.Report.Outcome() != r.Outcome() {
+			t.Fatalf("read back %+v, want outcome %s", got, r.Outcome())
+		}
+	})
+}
