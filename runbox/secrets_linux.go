@@ -22,19 +22,43 @@ func readableSecrets(p *policy.Policy, cred *syscall.Credential) []string {
 	if cred == nil {
 		return nil
 	}
-	var files []string
-	for _, r := range p.Rules {
-		if r.Inject != nil && r.Inject.File != "" {
-			files = append(files, r.Inject.File)
+	var out []string
+	for _, f := range secretFiles(p) {
+		if canRead(f, cred) {
+			out = append(out, f)
 		}
 	}
-	if p.UpstreamProxy != nil && p.UpstreamProxy.AuthFile != "" {
-		files = append(files, p.UpstreamProxy.AuthFile)
+	return out
+}
+
+// secretFiles are the files p reads credentials from: inject rules'
+// files and upstream_proxy.auth_from, each once.
+func secretFiles(p *policy.Policy) []string {
+	var files []string
+	add := func(f string) {
+		if f != "" && !slices.Contains(files, f) {
+			files = append(files, f)
+		}
 	}
-	var out []string
-	for _, f := range files {
-		if !slices.Contains(out, f) && canRead(f, cred) {
-			out = append(out, f)
+	for _, r := range p.Rules {
+		if r.Inject != nil {
+			add(r.Inject.File)
+		}
+	}
+	if p.UpstreamProxy != nil {
+		add(p.UpstreamProxy.AuthFile)
+	}
+	return files
+}
+
+// hiddenPaths are what CMD's mount namespace hides: egressd's secret
+// files, its state directory (CA key, history) and the run's decision log.
+// The readability check stays the first gate; hiding is the second.
+func hiddenPaths(c Config) []string {
+	out := secretFiles(c.Policy)
+	for _, p := range []string{c.StateDir, c.LogFile} {
+		if p != "" && filepath.IsAbs(p) {
+			out = append(out, filepath.Clean(p))
 		}
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -129,4 +130,17 @@ func setUserReadACL(path string, uid uint32) error {
 		b = binary.LittleEndian.AppendUint32(b, e.id)
 	}
 	return unix.Setxattr(path, "system.posix_acl_access", b, 0)
+}
+
+// TestHiddenPaths: CMD's mount namespace hides the secret files, the state
+// directory and the run log (relative paths, which the helper would
+// refuse, are left to the readability check).
+func TestHiddenPaths(t *testing.T) {
+	p := &policy.Policy{Rules: []*policy.Rule{{Name: "a", Inject: &policy.Inject{File: "/etc/egressd/token"}}, {Name: "b", Inject: &policy.Inject{File: "/etc/egressd/token"}}},
+		UpstreamProxy: &policy.UpstreamProxy{Addr: "198.51.100.1:8080", AuthFile: "/etc/egressd/proxy-auth"}}
+	got := hiddenPaths(Config{Policy: p, StateDir: "/var/lib/egressd/", LogFile: "run.log"})
+	want := []string{"/etc/egressd/token", "/etc/egressd/proxy-auth", "/var/lib/egressd"}
+	if !slices.Equal(got, want) {
+		t.Errorf("hidden %v, want %v", got, want)
+	}
 }
