@@ -26,9 +26,10 @@ func hideFlags(args []string) (hide, rest []string) {
 }
 
 // hidePaths hides each path in the current (private) mount namespace: an
-// empty read-only tmpfs over a directory, /dev/null read-only over
-// anything else. A symlink's target is what gets hidden (mount follows
-// it); a path that does not exist is skipped; a relative path is refused.
+// empty read-only tmpfs over a directory, /dev/null read-only over a
+// regular file. A symlink's target is what gets hidden (mount follows it);
+// a path that does not exist, or is a device or pipe, is skipped; a
+// relative path is refused.
 func hidePaths(paths []string) error {
 	for _, p := range paths {
 		if !filepath.IsAbs(p) {
@@ -41,10 +42,15 @@ func hidePaths(paths []string) error {
 		if err != nil {
 			return fmt.Errorf("hide %s: %w", p, err)
 		}
-		if fi.IsDir() {
+		switch {
+		case !fi.IsDir() && !fi.Mode().IsRegular():
+			continue // a device or pipe (--log /dev/stderr): nothing of egressd's to hide
+		case fi.IsDir():
 			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555")
-		} else if err = unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err == nil {
-			err = unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, "")
+		default:
+			if err = unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err == nil {
+				err = unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, "")
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("hide %s: %w", p, err)
