@@ -223,3 +223,27 @@ func TestNotReadyBodyReasonOnly(t *testing.T) {
 		t.Errorf("CONNECT: %.300q, want a 503 without the daemon's detail", out)
 	}
 }
+
+// TestGoErrorStatus: net/http's own answers are recognised; a handler's
+// response with the same headers (Date among them) is not.
+func TestGoErrorStatus(t *testing.T) {
+	tests := []struct {
+		p    string
+		want int
+	}{
+		{"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request", 400},
+		{"HTTP/1.1 400 Bad Request: missing required Host header\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request: missing required Host header", 400},
+		{"HTTP/1.1 501 Not Implemented\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\nUnsupported transfer encoding", 501},
+		{"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large", 431},
+		{"HTTP/1.1 400 Bad Request\r\nDate: Tue, 01 Dec 2026 21:00:00 GMT\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\nx", 0},
+		{"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\nDate: Tue, 01 Dec 2026 21:00:00 GMT\r\nConnection: close\r\n\r\n", 0},
+		{"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n", 0},
+		{"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n", 0},
+		{"HTTP/1.1 4", 0},
+	}
+	for _, tt := range tests {
+		if got := goErrorStatus([]byte(tt.p)); got != tt.want {
+			t.Errorf("goErrorStatus(%.60q) = %d, want %d", tt.p, got, tt.want)
+		}
+	}
+}

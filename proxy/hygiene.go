@@ -412,14 +412,19 @@ func (c *scanConn) partialHead() headInfo {
 
 // goErrorHeaders are the headers of every answer net/http's server sends
 // on its own when it cannot read a request (server.go: 400, 431, 501,
-// 505): no handler's response has them in this order without a Date.
+// 505), right after the status line. A handler's response never has them
+// there: net/http writes a Date (its own, or the handler's, which sorts
+// before Connection) ahead of Connection.
 var goErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
 
 // goErrorStatus returns the status of p when p is net/http's own answer to
 // a head it could not read, else 0.
 func goErrorStatus(p []byte) int {
 	const prefix = "HTTP/1.1 "
-	if len(p) < len(prefix)+3 || string(p[:len(prefix)]) != prefix || !bytes.Contains(p, goErrorHeaders) {
+	if len(p) < len(prefix)+3 || string(p[:len(prefix)]) != prefix {
+		return 0
+	}
+	if i := bytes.Index(p, []byte("\r\n")); i < 0 || !bytes.HasPrefix(p[i:], goErrorHeaders) {
 		return 0
 	}
 	code, err := strconv.Atoi(string(p[len(prefix) : len(prefix)+3]))
