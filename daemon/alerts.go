@@ -41,7 +41,7 @@ func newAlerter(log *slog.Logger, hook func() (string, time.Duration)) *alerter 
 	return &alerter{
 		log: log, ch: make(chan proxy.Attempt, alertQueue), hook: hook,
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_alerts_total",
-			Help: "Attempts that raised an alert, by identity and kind (high-risk, evaluation)."}, []string{"identity", "kind"}),
+			Help: "Attempts that raised an alert, by identity and kind (high-risk, evaluation, probe-label, probe-leak)."}, []string{"identity", "kind"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_alerts_dropped_total",
 			Help: "Alerts not sent to the webhook: the queue was full or the batch over its cap (each is still logged and counted)."}),
 		posts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_alert_webhook_posts_total",
@@ -56,6 +56,8 @@ func (a *alerter) attempt(at proxy.Attempt) {
 	switch {
 	case at.Honeytoken != "":
 		kind = "honeytoken"
+	case at.Kind != "":
+		kind = at.Kind
 	case !at.HighRisk:
 		kind = "evaluation"
 	}

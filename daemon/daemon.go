@@ -211,6 +211,7 @@ func New(opt Options) (*Daemon, error) {
 	names := new(policy.NameBudget)
 	pc.NameBudget = names
 	d.px = proxy.New(p, pc)
+	d.probes.alert, d.probes.quarantine = d.alerts.attempt, d.px.Quarantine
 	if p.Listen.DNS != "" {
 		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names,
 			// allowed names are answered only from the verified policy with

@@ -822,6 +822,8 @@ func (c *compiler) selftest(p *Policy, s *rawSelftest) {
 	st := &p.Selftest
 	st.Interval = c.duration(s.Interval, "selftest.interval", defaultInterval)
 	st.Timeout = c.duration(s.Timeout, "selftest.timeout", defaultProbeTimeout)
+	st.ProbeEveryMax = c.duration(s.ProbeEveryMax, "selftest.probe_every_max", DefaultProbeEveryMax)
+	st.QuarantineOnProbeLeak = s.QuarantineOnProbeLeak.V
 	list := func(vs []at[string], field string, want6 bool) []netip.AddrPort {
 		var out []netip.AddrPort
 		for j, v := range vs {

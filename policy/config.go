@@ -140,6 +140,10 @@ type rawSelftest struct {
 	Metadata        []at[string] `yaml:"metadata"`
 	ExpectReachable []at[string] `yaml:"expect_reachable"`
 	Webhook         at[string]   `yaml:"webhook"`
+	// in-sandbox probes: the longest schedule a sandbox may claim, and
+	// whether a leak it reports quarantines its identity
+	ProbeEveryMax         at[string] `yaml:"probe_every_max"`
+	QuarantineOnProbeLeak at[bool]   `yaml:"quarantine_on_probe_leak"`
 }
 
 type rawLimits struct {

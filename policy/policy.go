@@ -96,7 +96,16 @@ type Selftest struct {
 	Metadata        []netip.Addr
 	ExpectReachable []string
 	Webhook         string
+	// ProbeEveryMax caps the schedule an in-sandbox probe claims (a
+	// longer one would keep a silent sandbox from going overdue).
+	ProbeEveryMax time.Duration
+	// QuarantineOnProbeLeak quarantines an identity whose in-sandbox
+	// probe reports a leak.
+	QuarantineOnProbeLeak bool
 }
+
+// DefaultProbeEveryMax is selftest.probe_every_max's default.
+const DefaultProbeEveryMax = time.Hour
 
 // Limits bound what one client can make the proxy do.
 type Limits struct {

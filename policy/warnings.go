@@ -19,7 +19,7 @@ func (p *Policy) Warnings() []string {
 		w = append(w, p.parentPortWarnings()...)
 	}
 	for _, r := range p.Rules {
-		if h := p.highRiskHost(r); h != "" {
+		if h := p.neverAllowHost(r); h != "" {
 			w = append(w, fmt.Sprintf("allow[%d] (%q) can never allow %s: it is a high-risk name (metadata, link-local or an operator's deny list), refused before any rule; remove it from the rule", r.Index, r.Name, h))
 		}
 		if r.inlineHosts > bigInlineHosts {
@@ -62,13 +62,13 @@ func (p *Policy) parentPortWarnings() []string {
 	return w
 }
 
-// neverAllowScan bounds how many hosts of one rule highRiskHost checks: a
+// neverAllowScan bounds how many hosts of one rule neverAllowHost checks: a
 // warning must not slow the load of a big hosts_files list.
 const neverAllowScan = 10_000
 
-// highRiskHost is the first host a rule names that is high-risk (so the
+// neverAllowHost is the first host a rule names that is high-risk (so the
 // rule can never allow it), "" if none among its first neverAllowScan.
-func (p *Policy) highRiskHost(r *Rule) string {
+func (p *Policy) neverAllowHost(r *Rule) string {
 	n := 0
 	for h := range r.Hosts.All() {
 		if n++; n > neverAllowScan {

@@ -179,6 +179,7 @@ func writeResponse(w http.ResponseWriter, resp *http.Response) {
 func (x *Proxy) serveTunnelRequest(w http.ResponseWriter, r *http.Request, tun *request, isc *scanConn) {
 	head, _ := isc.next()
 	rq := &request{start: time.Now(), identity: tun.identity, source: tun.source, probe: tun.probe, method: r.Method, tunnel: tun, headBytes: head.size}
+	rq.forged = forgedProbe(r, rq.probe)
 	rq.target = tun.target
 	if head.bad != "" {
 		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)

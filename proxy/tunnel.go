@@ -288,16 +288,10 @@ func (x *Proxy) inspect(ctx context.Context, tn *tunnel) {
 func (x *Proxy) serveInner(tc net.Conn, tun *request, h func(http.ResponseWriter, *http.Request, *scanConn)) {
 	lim := x.Policy().Limits
 	isc := x.newScanConn(tc, lim.HeaderBytes, tun)
-	inner := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, isc) }),
-		ReadHeaderTimeout: lim.RequestHeaderTimeout,
-		IdleTimeout:       lim.IdleTimeout,
-		MaxHeaderBytes:    lim.HeaderBytes,
-		ErrorLog:          x.errorLog,
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+	inner := x.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, isc) }),
+		func(ctx context.Context, _ net.Conn) context.Context {
 			return context.WithValue(ctx, keyConn, isc) // the scanner, not the listener's wrapper
-		},
-	}
+		})
 	inner.Serve(newOneConnListener(isc))
 }
 

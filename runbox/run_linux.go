@@ -325,7 +325,7 @@ func (b *box) startCommand(c Config, env []string, resolvConf string) error {
 		self = "/proc/self/exe"
 	}
 	newCmd := func(cg *runCgroup) *exec.Cmd {
-		cmd := sandbox.NSExecCommandAs(self, b.sbx.Path(), resolvConf, c.Cred, c.Argv)
+		cmd := sandbox.NSExecCommandHiding(self, b.sbx.Path(), resolvConf, c.Cred, hiddenPaths(c), c.Argv)
 		sandbox.NewPIDNamespace(cmd)
 		if cg != nil {
 			// Cloned straight into the run's cgroup: no instant outside it.

@@ -58,7 +58,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	histPath := filepath.Join(*stateDir, selftest.HistoryFile)
-	runs, err := selftest.ReadHistory(histPath)
+	runs, skipped, err := selftest.ReadHistory(histPath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fail(err)
 	}
@@ -73,7 +73,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	walls, wallsErr := showWalls()
-	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr, Honeytokens: planted}
+	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, SkippedRuns: skipped, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr, Honeytokens: planted}
 	var key ed25519.PrivateKey
 	if *sign {
 		if key, in.Seal, err = prepareSeal(p, *cfg, *keyFile, histPath, *auditLog, *auditPub, walls); err != nil {

@@ -167,7 +167,7 @@ func TestRunDefaultConfigOffline(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		if hs, err := selftest.ReadHistory(filepath.Join(l.state, selftest.HistoryFile)); err == nil && len(hs) > 0 {
+		if hs, _, err := selftest.ReadHistory(filepath.Join(l.state, selftest.HistoryFile)); err == nil && len(hs) > 0 {
 			t.Logf("run's probe:\n%s", tableOf(hs[len(hs)-1].Report))
 		}
 	}
