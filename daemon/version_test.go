@@ -1,10 +1,10 @@
 package daemon
 
 import (
-	"runtime/debug"
 	"io"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
