@@ -1,0 +1,37 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestConnectRefusalStatusLine: a refused CONNECT's status line carries
+// egressd's reason ("403 egressd no-rule"), because that line is all pip,
+// git and curl print of a failed tunnel; the header, the body with the
+// reason and the Go client's error say the same.
+func TestConnectRefusalStatusLine(t *testing.T) {
+	h := newHarness(t, testConfig, testNames)
+	port := h.tlsO.port()
+	for _, tt := range []struct {
+		name, authority, line string
+		notReady              bool
+	}{
+		{"no rule", "unlisted.test:" + port, "HTTP/1.1 403 egressd no-rule\r\n", false},
+		{"high-risk address", "meta.test:" + port, "HTTP/1.1 403 egressd high-risk\r\n", false},
+		{"not ready", "allowed.test:" + port, "HTTP/1.1 503 egressd not-ready\r\n", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h.ready.Store(!tt.notReady)
+			defer h.ready.Store(true)
+			out := h.raw("CONNECT " + tt.authority + " HTTP/1.1\r\nHost: " + tt.authority + "\r\n\r\n")
+			reason := strings.TrimSuffix(strings.Fields(tt.line)[3], "\r\n")
+			head, body, _ := strings.Cut(out, "\r\n\r\n")
+			if !strings.HasPrefix(out, tt.line) || !strings.Contains(head, "\r\nX-Egressd-Deny: "+reason) || !strings.Contains(head, "\r\nConnection: close") || !strings.HasPrefix(body, "egressd: denied: "+reason) {
+				t.Errorf("CONNECT %s: %.300q", tt.authority, out)
+			}
+		})
+	}
+	if resp, errText := h.do("GET", "https://unlisted.test:"+port+"/", nil, nil); resp != nil || !strings.Contains(errText, "egressd no-rule") {
+		t.Errorf("Go client through a refused CONNECT: %v %q", resp, errText)
+	}
+}
