@@ -23,7 +23,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("report", stderr)
 	cfg := configFlag(fs)
 	stateDir := fs.String("state-dir", defaultStateDir(), "directory holding the self-test history")
-	logFile := fs.String("log", "", "decision log: the JSON lines `egressd serve` writes on stderr")
+	logFile := fs.String("log", "", "decision log `FILE`: the JSON lines egressd serve writes on stderr")
 	asJSON := fs.Bool("json", false, "write the evidence pack as JSON instead of Markdown")
 	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 {
 		fmt.Fprintln(stderr, "usage: egressd report [--config FILE] [--state-dir DIR] [--log FILE] [--json]")
