@@ -582,11 +582,7 @@ func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reas
 	w.Header().Set("Connection", "close")
 	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
 	x.count(rq, event.Deny, reason.String(), "", "", false)
-	x.log.LogAttrs(r.Context(), slog.LevelWarn, event.Msg,
-		slog.String(event.KeyIdentity, rq.logIdentity()), slog.String(event.KeyMethod, r.Method),
-		slog.String(event.KeyHost, r.Host), slog.String(event.KeyPath, truncate(r.URL.Path, maxLogPath)),
-		slog.String(event.KeyDecision, event.Deny), slog.String(event.KeyReason, reason.String()), slog.String(event.KeyDetail, detail),
-		slog.Int(event.KeyStatus, status))
+	x.logRefusal(r, rq, reason, detail, status)
 }
 
 const maxLogPath = 200

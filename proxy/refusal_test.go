@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -33,5 +34,24 @@ func TestConnectRefusalStatusLine(t *testing.T) {
 	}
 	if resp, errText := h.do("GET", "https://unlisted.test:"+port+"/", nil, nil); resp != nil || !strings.Contains(errText, "egressd no-rule") {
 		t.Errorf("Go client through a refused CONNECT: %v %q", resp, errText)
+	}
+}
+
+// TestRefusalLineNamesTheTarget: a request refused before any rule (a
+// Host header that disagrees with the URL) still logs the full decision
+// line: host and port of the URL, rule and page_type (empty: never
+// decided), so log readers need no second schema.
+func TestRefusalLineNamesTheTarget(t *testing.T) {
+	h := newHarness(t, testConfig, testNames)
+	h.raw("GET http://allowed.test:8080/x HTTP/1.1\r\nHost: other.test\r\n\r\n")
+	line := waitLog(t, h, `"reason":"host-mismatch"`)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]any{"host": "allowed.test", "port": float64(8080), "rule": "", "page_type": "", "path": "/x"} {
+		if got, ok := m[k]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v in %s", k, got, ok, want, line)
+		}
 	}
 }
