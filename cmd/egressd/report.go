@@ -34,6 +34,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		printConfigError(stderr, err)
 		return exitUsage
 	}
+	p = policyInForce(p, *cfg, *stateDir, stderr)
 	runs, err := selftest.ReadHistory(filepath.Join(*stateDir, selftest.HistoryFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(stderr, "egressd report: %v\n", err)

@@ -73,6 +73,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		g.WallsInterval = *wallsEvery
 	}
 	wireSelftest(&g, *stateDir)
+	trackInForce(&g, *cfg, *stateDir)
 	d, err := daemon.NewGateway(g)
 	if err != nil {
 		fmt.Fprintf(stderr, "egressd: %v\n", err)
