@@ -153,6 +153,16 @@ func writeFileAtomic(path string, b []byte) error {
 	return nil
 }
 
+// reportPolicy is the policy `egressd report` shows: cfg's, or the one in
+// force (policyInForce).
+func reportPolicy(cfg, stateDir string, stderr io.Writer) (*policy.Policy, error) {
+	p, err := loadPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return policyInForce(p, cfg, stateDir, stderr), nil
+}
+
 // policyInForce is the policy report should show: the one serve verified
 // last (from stateDir), when p, loaded from cfg, is not it: cfg names the
 // same file but it has changed (a reload rolled back or not yet applied),

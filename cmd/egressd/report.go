@@ -29,12 +29,11 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: egressd report [--config FILE] [--state-dir DIR] [--log FILE] [--json]")
 		return exitUsage
 	}
-	p, err := loadPolicy(*cfg)
+	p, err := reportPolicy(*cfg, *stateDir, stderr)
 	if err != nil {
 		printConfigError(stderr, err)
 		return exitUsage
 	}
-	p = policyInForce(p, *cfg, *stateDir, stderr)
 	runs, err := selftest.ReadHistory(filepath.Join(*stateDir, selftest.HistoryFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(stderr, "egressd report: %v\n", err)
