@@ -160,3 +160,32 @@ func TestLintsBounded(t *testing.T) {
 		t.Errorf("lints %q: a host past the scan bound was checked", got)
 	}
 }
+
+// TestShadowedIsReal: the shadow Lints names is what decides: with the
+// issue's config a POST to api.github.com is allowed by the wildcard rule,
+// never refused by the read-only one below it.
+func TestShadowedIsReal(t *testing.T) {
+	p, err := Parse(strings.NewReader(`version: 1
+allow:
+  - name: gh
+    hosts: ["*.github.com"]
+    pages: ["*"]
+  - name: gh-api-read
+    hosts: [api.github.com]
+    pages: [read]
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := ParseURL("https://api.github.com/repos/x/y/issues")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := p.DecideRequest(&tg, "POST", "application/json", 10)
+	if !d.Allow || d.RuleName() != "gh" {
+		t.Fatalf("POST decided %v by %q: the shadow is not what the lint says", d.Allow, d.RuleName())
+	}
+	if l := p.Lints(); len(l) != 1 || !strings.Contains(l[0], `"gh-api-read"`) {
+		t.Errorf("lints %q", l)
+	}
+}
