@@ -713,6 +713,7 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 		if !ok {
 			continue
 		}
+		p.denyHosts = append(p.denyHosts, pat)
 		if s, wild := strings.CutPrefix(pat, "*."); wild {
 			full = full || !p.denySuffix.set(s, 0)
 		} else {

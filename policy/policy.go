@@ -43,6 +43,7 @@ type Policy struct {
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
 	denyLists  []*hostlist.Set // deny.hosts_files
+	denyHosts  []string        // deny.hosts patterns as written, for Lints
 
 	// UpstreamProxy is the parent proxy egressd reaches every upstream
 	// through (HTTP CONNECT to the checked address); nil: direct.

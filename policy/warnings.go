@@ -18,8 +18,12 @@ func (p *Policy) Warnings() []string {
 	if p.UpstreamProxy != nil {
 		w = append(w, p.parentPortWarnings()...)
 	}
+	operatorDenied := map[string]bool{} // deny.hosts: Lints names those with their key
+	for _, d := range p.denyHosts {
+		operatorDenied[d] = true
+	}
 	for _, r := range p.Rules {
-		if h := p.neverAllowHost(r); h != "" {
+		if h := p.neverAllowHost(r, operatorDenied); h != "" {
 			w = append(w, fmt.Sprintf("allow[%d] (%q) can never allow %s: it is a high-risk name (metadata, link-local or an operator's deny list), refused before any rule; remove it from the rule", r.Index, r.Name, h))
 		}
 		if r.inlineHosts > bigInlineHosts {
@@ -68,11 +72,16 @@ const neverAllowScan = 10_000
 
 // neverAllowHost is the first host a rule names that is high-risk (so the
 // rule can never allow it), "" if none among its first neverAllowScan.
-func (p *Policy) neverAllowHost(r *Rule) string {
+// Hosts the operator's own deny.hosts names are left to Lints, which
+// names the deny.hosts entry too (one warning a host).
+func (p *Policy) neverAllowHost(r *Rule, operatorDenied map[string]bool) string {
 	n := 0
 	for h := range r.Hosts.All() {
 		if n++; n > neverAllowScan {
 			break
+		}
+		if operatorDenied[h] || operatorDenied["*."+strings.TrimPrefix(h, "*.")] {
+			continue
 		}
 		if name := strings.TrimPrefix(h, "*."); name != "*" && p.HighRiskName(name) {
 			return h

@@ -144,14 +144,14 @@ var sandboxes = map[string]sandbox{
 		sandbox: "  # uids whose traffic the walls confine: the agent's user (`id -u agent`).\n  uids: [{UID}]",
 	},
 	"docker": {
-		comment: "Docker bridge: containers on docker0 (172.17.0.0/16) reach egressd at the bridge gateway; set HTTP(S)_PROXY=http://172.17.0.1:3128 and --dns 172.17.0.1 in the containers.",
-		listen:  "  proxy: 172.17.0.1:3128\n  dns: 172.17.0.1:53\n  admin: 127.0.0.1:9090",
-		sandbox: "  # source addresses of sandbox containers (the bridge network)\n  cidrs: [172.17.0.0/16]",
+		comment: "Docker: sandbox containers on their own bridge, whose gateway is egressd (the Docker example in docs/DEPLOYING.md):\n#   docker network create --subnet 10.237.0.0/24 --gateway 10.237.0.1 -o com.docker.network.bridge.name=egsbx0 sandboxes\n# run egressd with --network host, and the sandboxes with --network sandboxes --dns 10.237.0.1\n# -e HTTPS_PROXY=http://10.237.0.1:3128. The walls recognise sandbox traffic by the bridge\n# (interface_prefix), not by a source address, which a container can spoof.",
+		listen:  "  proxy: 10.237.0.1:3128\n  dns: 10.237.0.1:53\n  admin: 127.0.0.1:9090",
+		sandbox: "  # the bridge of the sandboxes network (egsbx0): every packet arriving on it is sandbox traffic\n  interface_prefix: egsbx\n  pool4: 10.237.0.0/16\n  pool6: fd00:e9e5::/64",
 	},
 	"kubernetes": {
-		comment: "Kubernetes: egressd runs as a Service; pods reach it by its ClusterIP (see deploy/kubernetes). Bind all addresses inside the egressd pod.",
-		listen:  "  proxy: 0.0.0.0:3128\n  dns: 0.0.0.0:5353\n  admin: 127.0.0.1:9090",
-		sandbox: "  # the pod CIDR of the agent pods: replace with your cluster's\n  cidrs: [10.244.0.0/16]",
+		comment: "Kubernetes: the hostNetwork DaemonSet of deploy/kubernetes, one egressd per node on the node-local\n# address 169.254.20.11 (a dummy interface, as NodeLocal DNSCache does): sandbox pods set\n# HTTPS_PROXY=http://169.254.20.11:3128 and that nameserver. Not a ClusterIP: DNAT would send\n# them to another node's egressd, which the walls drop. Paste this into deploy/kubernetes/10-configmap.yaml.",
+		listen:  "  proxy: 169.254.20.11:3128\n  dns: 169.254.20.11:53\n  # metrics and probes, from the cluster network (the walls drop it from sandbox pods)\n  admin: 0.0.0.0:9090",
+		sandbox: "  # name prefix of the node-side interfaces of pod networking: Calico cali, kindnet/ptp veth,\n  # flannel/bridge cni0, AWS VPC CNI eni, Weave weave, Cilium lxc (legacy host routing only)\n  interface_prefix: cali\n  pool4: 10.237.0.0/16\n  pool6: fd00:e9e5::/64",
 	},
 }
 

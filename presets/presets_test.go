@@ -48,12 +48,12 @@ func TestRender(t *testing.T) {
 						t.Errorf("local: uids %v proxy %s", p.Sandbox.UIDs, p.Listen.Proxy)
 					}
 				case "docker":
-					if len(p.Sandbox.CIDRs) != 1 || p.Listen.Proxy != "172.17.0.1:3128" {
-						t.Errorf("docker: cidrs %v proxy %s", p.Sandbox.CIDRs, p.Listen.Proxy)
+					if len(p.Sandbox.CIDRs) != 0 || p.Sandbox.InterfacePrefix != "egsbx" || p.Listen.Proxy != "10.237.0.1:3128" {
+						t.Errorf("docker: cidrs %v prefix %s proxy %s", p.Sandbox.CIDRs, p.Sandbox.InterfacePrefix, p.Listen.Proxy)
 					}
 				case "kubernetes":
-					if len(p.Sandbox.CIDRs) != 1 || p.Listen.Proxy != "0.0.0.0:3128" {
-						t.Errorf("kubernetes: cidrs %v proxy %s", p.Sandbox.CIDRs, p.Listen.Proxy)
+					if len(p.Sandbox.CIDRs) != 0 || p.Sandbox.InterfacePrefix != "cali" || p.Listen.Proxy != "169.254.20.11:3128" {
+						t.Errorf("kubernetes: cidrs %v prefix %s proxy %s", p.Sandbox.CIDRs, p.Sandbox.InterfacePrefix, p.Listen.Proxy)
 					}
 				}
 			})

@@ -71,7 +71,7 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		return
 	}
 	if !rq.d.Allow {
-		writeResponse(w, x.denyDecision(r, rq))
+		writeRefusal(w, x.denyDecision(r, rq))
 		return
 	}
 	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
@@ -156,7 +156,7 @@ func (x *Proxy) writeDialError(w http.ResponseWriter, r *http.Request, rq *reque
 
 // writeDeny answers a refusal through the ResponseWriter and logs it.
 func (x *Proxy) writeDeny(w http.ResponseWriter, r *http.Request, rq *request, reason policy.Reason, rule, detail string) {
-	writeResponse(w, x.deny(r, rq, reason, rule, detail))
+	writeRefusal(w, x.deny(r, rq, reason, rule, detail))
 }
 
 // writeResponse copies a built response (a refusal) to w and closes the

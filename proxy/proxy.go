@@ -643,8 +643,12 @@ func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reas
 		x.scanHighRisk(rq, r.RequestURI, r.Host)
 	}
 	if !rq.d.HighRisk && rq.target.Host() == "" {
-		rq.d.Host = truncate(r.Host, maxLogPath)
-		rq.target.Path = r.URL.Path
+		if t, ok := refusedTarget(r); ok {
+			rq.target = t // the host and port the request named, never decided
+		} else {
+			rq.d.Host = truncate(r.Host, maxLogPath)
+			rq.target.Path = r.URL.Path
+		}
 	}
 	rq.d.Allow = false
 	x.logDecisionReason(r.Context(), rq, status, reason, detail, 0, 0)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
@@ -139,7 +140,7 @@ func Run(ctx context.Context, c Config) (int, error) {
 	}
 	defer lf.Close()
 	sum := &summary{}
-	log := slog.New(&logHandler{file: slog.NewJSONHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}), term: term.Handler(), sum: sum})
+	log := slog.New(&logHandler{file: slog.NewJSONHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: event.ReadableDurations}), term: term.Handler(), sum: sum})
 
 	if c.Honeytokens || c.Policy.Honeytokens {
 		// before the gateway starts: it loads the store at start

@@ -26,7 +26,9 @@ func (h *logHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
-	quiet := r.Message == "decision" || r.Message == "dns query"
+	// traffic lines go to the run log only: decisions, DNS queries and the
+	// DNS filter's count of the query lines it held back
+	quiet := r.Message == "decision" || r.Message == "dns query" || r.Message == "dns queries not logged"
 	if r.Message == "decision" {
 		h.sum.add(r)
 	}

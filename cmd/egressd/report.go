@@ -37,7 +37,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("report", stderr)
 	cfg := configFlag(fs)
 	stateDir := fs.String("state-dir", defaultStateDir(), "directory holding the self-test history and the honeytoken store")
-	logFile := fs.String("log", "", "decision log: the JSON lines `egressd serve` writes on stderr")
+	logFile := fs.String("log", "", "decision log `FILE`: the JSON lines egressd serve writes on stderr")
 	asJSON := fs.Bool("json", false, "write the evidence pack as JSON instead of Markdown")
 	sign := fs.Bool("sign", false, "sign the pack: write --out FILE and a detached signature FILE.sig")
 	keyFile := fs.String("key", "", "with --sign: the Ed25519 private key (default: the config's audit.sign_key)")
@@ -52,7 +52,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "egressd report: %v\n", err)
 		return exitUsage
 	}
-	p, err := loadPolicy(*cfg)
+	p, err := reportPolicy(*cfg, *stateDir, stderr)
 	if err != nil {
 		printConfigError(stderr, err)
 		return exitUsage

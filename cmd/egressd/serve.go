@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
@@ -33,7 +34,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: %w", level, err)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: event.ReadableDurations})), nil
 }
 
 func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
@@ -80,6 +81,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		g.WallsInterval = *wallsEvery
 	}
 	wireSelftest(&g, *stateDir)
+	trackInForce(&g, *cfg, *stateDir)
 	d, err := daemon.NewGateway(g)
 	if err != nil {
 		fmt.Fprintf(stderr, "egressd: %v\n", err)

@@ -54,7 +54,7 @@ var allowed = map[string][]string{
 	"suggest":         {"policy", "event"}, // reads decision logs and prints: never changes a config
 	"dnsfilter":       {"policy", "event", "honeytoken", "dnsclient"},
 	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan", "honeytoken"},
-	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox", "honeytoken"},
+	"runbox":          {"ca", "daemon", "event", "nft", "policy", "sandbox", "honeytoken"},
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
 	"selftest/plan":    {"policy", "proxy", "selftest"},
