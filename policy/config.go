@@ -48,6 +48,7 @@ type rawConfig struct {
 	Limits     rawLimits     `yaml:"limits"`
 	Alerts     rawAlerts     `yaml:"alerts"`
 	Audit      rawAudit      `yaml:"audit"`
+	Tools      rawTools      `yaml:"tools"` // tools.go
 
 	UpstreamProxy *rawUpstreamProxy `yaml:"upstream_proxy"` // rules.go
 }
@@ -120,18 +121,19 @@ type rawSandbox struct {
 }
 
 type rawSelftest struct {
-	Interval        at[string]   `yaml:"interval"`
-	Timeout         at[string]   `yaml:"timeout"`
-	TCP             []at[string] `yaml:"tcp"`
-	UDP             []at[string] `yaml:"udp"`
-	IPv6            []at[string] `yaml:"ipv6"`
-	Resolvers       []at[string] `yaml:"resolvers"`
-	CanaryName      at[string]   `yaml:"canary_name"`
-	CanaryURL       at[string]   `yaml:"canary_url"`
-	CanaryLog       at[string]   `yaml:"canary_log"`
-	Metadata        []at[string] `yaml:"metadata"`
-	ExpectReachable []at[string] `yaml:"expect_reachable"`
-	Webhook         at[string]   `yaml:"webhook"`
+	Interval        at[string]      `yaml:"interval"`
+	Timeout         at[string]      `yaml:"timeout"`
+	TCP             []at[string]    `yaml:"tcp"`
+	UDP             []at[string]    `yaml:"udp"`
+	IPv6            []at[string]    `yaml:"ipv6"`
+	Resolvers       []at[string]    `yaml:"resolvers"`
+	CanaryName      at[string]      `yaml:"canary_name"`
+	CanaryURL       at[string]      `yaml:"canary_url"`
+	CanaryLog       at[string]      `yaml:"canary_log"`
+	Metadata        []at[string]    `yaml:"metadata"`
+	ExpectReachable []at[string]    `yaml:"expect_reachable"`
+	Webhook         at[string]      `yaml:"webhook"`
+	ToolServers     []rawToolServer `yaml:"tool_servers"` // tools.go
 }
 
 type rawLimits struct {
@@ -306,7 +308,7 @@ var (
 var sectionOf = map[string]string{
 	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
 	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits", "Alerts": "alerts",
-	"Audit": "audit", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "UpstreamProxy": "upstream_proxy",
+	"Audit": "audit", "Tools": "tools", "ToolServer": "selftest.tool_servers[]", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "UpstreamProxy": "upstream_proxy",
 }
 
 // yamlErrors turns yaml.v3's messages into file:line errors with the field

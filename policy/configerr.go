@@ -21,7 +21,7 @@ var rawTypes = map[string]reflect.Type{
 	"Config": reflect.TypeFor[rawConfig](), "Listen": reflect.TypeFor[rawListen](), "Resolver": reflect.TypeFor[rawResolver](),
 	"Rule": reflect.TypeFor[rawRule](), "Deny": reflect.TypeFor[rawDeny](), "Identity": reflect.TypeFor[rawIdentity](),
 	"Sandbox": reflect.TypeFor[rawSandbox](), "Selftest": reflect.TypeFor[rawSelftest](), "Limits": reflect.TypeFor[rawLimits](),
-	"Audit":  reflect.TypeFor[rawAudit](),
+	"Audit": reflect.TypeFor[rawAudit](), "Tools": reflect.TypeFor[rawTools](), "ToolServer": reflect.TypeFor[rawToolServer](),
 	"Inject": reflect.TypeFor[rawInject](), "Basic": reflect.TypeFor[rawBasic](), "UpstreamProxy": reflect.TypeFor[rawUpstreamProxy](),
 }
 

@@ -21,6 +21,7 @@ type Policy struct {
 	Limits     Limits
 	Alerts     Alerts
 	Audit      Audit
+	Tools      Tools // tools.go
 	Identities []Identity
 	Rules      []*Rule
 
@@ -91,6 +92,7 @@ type Selftest struct {
 	Metadata        []netip.Addr
 	ExpectReachable []string
 	Webhook         string
+	ToolServers     []ToolServer // tools.go
 }
 
 // Limits bound what one client can make the proxy do.
