@@ -100,6 +100,8 @@ type Attempt struct {
 	HighRisk bool      `json:"high_risk"`
 	// Evaluation: the identity is marked evaluation: true.
 	Evaluation bool `json:"evaluation"`
+	// Via is event.ViaTool for a fetch by egressd's tool endpoint.
+	Via string `json:"via,omitempty"`
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -397,6 +399,9 @@ type request struct {
 	// WebSocket (an open one is in the tunnel tracker).
 	relayUpgrade bool
 	ws           bool
+	// via is event.ViaTool for a request egressd's tool endpoint made
+	// (tool.go), "" for a client's own.
+	via string
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -418,7 +423,8 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rq := &request{start: start, method: r.Method, headBytes: head.size, w: w}
 	rq.identity, rq.source = x.identify(r)
-	if isProbeAPI(r) {
+	rq.via, _ = r.Context().Value(keyVia).(string)
+	if isProbeAPI(r) && rq.via == "" {
 		x.serveProbeAPI(w, r, rq.identity)
 		return
 	}
@@ -441,6 +447,10 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if id, ok := x.quarantined(rq); ok {
 		x.refuse(w, r, rq, policy.ReasonQuarantine, "identity "+id+" is quarantined")
+		return
+	}
+	if ok, detail := x.toolAllowed(rq); !ok {
+		x.refuse(w, r, rq, policy.ReasonToolRefused, detail)
 		return
 	}
 	// The budget is the source's: a token refines the name, never the
@@ -546,6 +556,9 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 		x.m.probes.WithLabelValues(rq.probe, decision, reason).Inc()
 		return
 	}
+	if rq.via == event.ViaTool {
+		x.m.tools.WithLabelValues(decision, reason).Inc()
+	}
 	x.m.requests.WithLabelValues(decision, reason, pageType, rule).Inc()
 	if highRisk {
 		x.m.highRisk.Inc()
@@ -559,7 +572,7 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 			host = rq.d.Host
 		}
 		x.alert(Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
-			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval})
+			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval, Via: rq.via})
 	}
 }
 
@@ -586,7 +599,7 @@ func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reas
 		slog.String(event.KeyIdentity, rq.logIdentity()), slog.String(event.KeyMethod, r.Method),
 		slog.String(event.KeyHost, r.Host), slog.String(event.KeyPath, truncate(r.URL.Path, maxLogPath)),
 		slog.String(event.KeyDecision, event.Deny), slog.String(event.KeyReason, reason.String()), slog.String(event.KeyDetail, detail),
-		slog.Int(event.KeyStatus, status))
+		slog.Int(event.KeyStatus, status), slog.String(event.KeyVia, rq.via))
 }
 
 const maxLogPath = 200
