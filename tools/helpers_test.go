@@ -1,0 +1,196 @@
+package tools_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/internal/testutil"
+	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
+	"github.com/egressd/egressd/tools"
+)
+
+// page is the HTML the loopback origin serves.
+const page = `<!doctype html><html><head><title>Docs</title><script>var secret = 1;</script></head>
+<body><h1>Hello tools</h1><p>Some <b>bold</b> text and <a href="/next">a link</a>.</p></body></html>`
+
+// env is a checkpoint on loopback with the tool endpoint in front: an
+// origin on 127.0.0.1, the proxy (its every upstream dial guarded to
+// 127.0.0.1), and the MCP endpoint on 127.0.0.1.
+type env struct {
+	origin   string // host:port
+	endpoint string // http://127.0.0.1:port/mcp
+	px       *proxy.Proxy
+	reg      *prometheus.Registry
+	logs     *testutil.LogWatch
+	mu       sync.Mutex
+	alerts   []proxy.Attempt
+	refused  []string // upstream dials the guard refused
+}
+
+// token is the secret of identity ci in testPolicy.
+const token = "s3cret"
+
+// newEnv builds the environment; extra is appended to the policy.
+func newEnv(t *testing.T, extra string) *env {
+	t.Helper()
+	e := &env{reg: prometheus.NewRegistry(), logs: testutil.NewLogWatch()}
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/page":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			io.WriteString(w, page)
+		case "/big":
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, strings.Repeat("0123456789", 1000))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	o.Config.ErrorLog = log.New(io.Discard, "", 0)
+	t.Cleanup(o.Close)
+	e.origin = strings.TrimPrefix(o.URL, "http://")
+	_, port, _ := net.SplitHostPort(e.origin)
+	sum := sha256.Sum256([]byte(token))
+	cfg := fmt.Sprintf(`version: 1
+allow:
+  - name: origin
+    cidrs: [127.0.0.1/32]
+    ports: [%s]
+identities:
+  - name: agent
+    cidrs: [127.0.0.1/32]
+  - name: ci
+    user: ci
+    token_sha256: %s
+`, port, hex.EncodeToString(sum[:])) + extra
+	pol, err := policy.Parse(strings.NewReader(cfg), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.px = proxy.New(pol, proxy.Config{
+		Logger:   slog.New(slog.NewJSONHandler(e.logs, nil)),
+		Registry: e.reg,
+		// no test sends a packet anywhere but 127.0.0.1, whatever the code does
+		Control: func(_, address string, _ syscall.RawConn) error {
+			if ap, err := netip.ParseAddrPort(address); err != nil || ap.Addr() != netip.MustParseAddr("127.0.0.1") {
+				e.mu.Lock()
+				e.refused = append(e.refused, address)
+				e.mu.Unlock()
+				return fmt.Errorf("test guard: dial to %s refused", address)
+			}
+			return nil
+		},
+		Alert: func(a proxy.Attempt) {
+			e.mu.Lock()
+			e.alerts = append(e.alerts, a)
+			e.mu.Unlock()
+		},
+	})
+	ts := httptest.NewServer(tools.Handler(tools.Config{Checkpoint: e.px, Version: "test"}))
+	t.Cleanup(ts.Close)
+	e.endpoint = ts.URL + tools.Path
+	t.Cleanup(func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if len(e.refused) > 0 {
+			t.Errorf("the proxy tried to dial forbidden addresses: %v", e.refused)
+		}
+	})
+	return e
+}
+
+// headerRT adds headers to every request.
+type headerRT struct {
+	h  http.Header
+	rt http.RoundTripper
+}
+
+func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.h {
+		r.Header[k] = v
+	}
+	return h.rt.RoundTrip(r)
+}
+
+// connect opens a Go SDK client session to the endpoint, with hdr on
+// every request.
+func (e *env) connect(ctx context.Context, hdr http.Header) (*mcp.ClientSession, error) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: headerRT{h: hdr, rt: &http.Transport{Proxy: nil}}}
+	c := mcp.NewClient(&mcp.Implementation{Name: "egressd-test", Version: "1"}, nil)
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.endpoint, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+}
+
+// decisions are the decision lines logged so far.
+func (e *env) decisions(t *testing.T) []event.Record {
+	t.Helper()
+	var out []event.Record
+	for l := range strings.SplitSeq(e.logs.String(), "\n") {
+		var r event.Record
+		if l == "" || json.Unmarshal([]byte(l), &r) != nil || !r.IsDecision() {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// metric sums the samples of a metric family whose labels include want.
+func (e *env) metric(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// text joins a tool result's text content.
+func text(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
