@@ -175,6 +175,13 @@ type Config struct {
 	// virtual machine (only where the probes run as the sandbox does:
 	// `egressd probe`; egressd's own process is no sandbox).
 	Vsock bool
+	// ToolServers are MCP servers whose fetch-like tool must refuse what
+	// the policy refuses (toolserver.go); ToolDial reaches them, nil: a
+	// plain net.Dialer in the caller's namespace (tracked by egressd's own
+	// self-test, whose calls to egressd's endpoint pass its readiness
+	// gate).
+	ToolServers []ToolServer
+	ToolDial    DialFunc
 	// SkipDirect, if set, reports every direct-route probe as not run with
 	// this reason (for example "needs root"), and runs only the probes
 	// through the proxy and the resolver.
@@ -228,6 +235,10 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		var d net.Dialer
 		c.LogDial = d.DialContext
 	}
+	if c.ToolDial == nil {
+		var d net.Dialer
+		c.ToolDial = d.DialContext
+	}
 	token := make([]byte, 12)
 	rand.Read(token)
 	r := &runner{c: c, token: "egressd-selftest-" + hex.EncodeToString(token)}
@@ -263,6 +274,18 @@ func (c *Config) check() error {
 		}
 	}
 	seen := map[string]bool{}
+	for _, ts := range c.ToolServers {
+		pu, err := url.Parse(ts.URL)
+		switch {
+		case ts.Name == "" || seen["tool-server/"+ts.Name]:
+			errs = append(errs, fmt.Errorf("tool server %q: want a unique, non-empty name", ts.Name))
+		case err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "":
+			errs = append(errs, fmt.Errorf("tool server %s: %q: want an absolute http:// or https:// URL", ts.Name, ts.URL))
+		case ts.Tool == "" || ts.Arg == "":
+			errs = append(errs, fmt.Errorf("tool server %s: want the tool and its URL argument", ts.Name))
+		}
+		seen["tool-server/"+ts.Name] = true
+	}
 	for _, q := range c.Refused {
 		if q.ID == "" || seen[q.ID] {
 			errs = append(errs, fmt.Errorf("refused request %q: want a unique, non-empty ID", q.ID))
