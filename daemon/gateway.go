@@ -160,6 +160,9 @@ func WallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		}
 		s.Redirects = append(s.Redirects, nft.Redirect{From: tr.from, To: port})
 	}
+	if err := toolsWall(&s, p, proxyAddr); err != nil {
+		return s, err
+	}
 	if proxyAddr.IsUnspecified() && len(extraGateways) == 0 {
 		return s, errors.New("listen.proxy on an unspecified address: the walls need the concrete gateway address the sandboxes use")
 	}
