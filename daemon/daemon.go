@@ -128,7 +128,7 @@ type Daemon struct {
 	alerts *alerter
 
 	proxyAddr, dnsAddr, adminAddr, toolsAddr string
-	closers                       []io.Closer
+	closers                                  []io.Closer
 }
 
 // New loads the config and builds the components; Run starts them.
