@@ -29,7 +29,6 @@ type Targets struct {
 	Refused         []Request        `json:"refused,omitempty"`
 	ExpectReachable []string         `json:"expect_reachable,omitempty"`
 	Timeout         time.Duration    `json:"timeout_ns,omitempty"`
-	ToolServers     []ToolServer     `json:"tool_servers,omitempty"`
 }
 
 // Targets returns c's targets.
@@ -39,7 +38,7 @@ func (c *Config) Targets() Targets {
 		Metadata: c.Metadata, MetadataNames: c.MetadataNames,
 		CanaryName: c.CanaryName, CanaryURL: c.CanaryURL, Unlisted: c.Unlisted,
 		SNIHost: c.SNIHost, SNIName: c.SNIName, HostTrickURL: c.HostTrickURL, HostTrickHost: c.HostTrickHost,
-		Refused: c.Refused, ExpectReachable: c.ExpectReachable, Timeout: c.Timeout, ToolServers: c.ToolServers,
+		Refused: c.Refused, ExpectReachable: c.ExpectReachable, Timeout: c.Timeout,
 	}
 }
 
@@ -51,7 +50,7 @@ func (t Targets) Config() Config {
 		Metadata: t.Metadata, MetadataNames: t.MetadataNames,
 		CanaryName: t.CanaryName, CanaryURL: t.CanaryURL, Unlisted: t.Unlisted,
 		SNIHost: t.SNIHost, SNIName: t.SNIName, HostTrickURL: t.HostTrickURL, HostTrickHost: t.HostTrickHost,
-		Refused: t.Refused, ExpectReachable: t.ExpectReachable, Timeout: t.Timeout, ToolServers: t.ToolServers,
+		Refused: t.Refused, ExpectReachable: t.ExpectReachable, Timeout: t.Timeout,
 	}
 }
 

@@ -15,45 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
 )
-
-// carelessFetchServer is a fetch tool server that fetches any URL it is
-// given, directly, as many do. Its "internet" is one loopback server that
-// answers every host (the metadata address included) with fake
-// credentials: the test never sends a packet anywhere else.
-func carelessFetchServer(t *testing.T) string {
-	t.Helper()
-	internet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"Code": "Success", "AccessKeyId": "ASIA-FAKE-KEY"}`)
-	}))
-	t.Cleanup(internet.Close)
-	var d net.Dialer
-	direct := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "tcp", strings.TrimPrefix(internet.URL, "http://"))
-		}}}
-	type in struct {
-		URL string `json:"url"`
-	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "careless-fetch", Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "fetch", Description: "fetch anything"}, func(ctx context.Context, _ *mcp.CallToolRequest, a in) (*mcp.CallToolResult, any, error) {
-		resp, err := direct.Get(a.URL)
-		if err != nil {
-			return nil, nil, err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil, nil
-	})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
-	t.Cleanup(srv.Close)
-	return srv.URL + "/mcp"
-}
 
 // bootWithToolServers boots serve's daemon with its real self-test
 // (proxy-only: loopback) on a policy whose tool endpoint is on, listing
@@ -175,7 +141,7 @@ func TestSelftestToolServers(t *testing.T) {
 		}
 	})
 	t.Run("a careless fetch server: leak", func(t *testing.T) {
-		careless := carelessFetchServer(t)
+		careless := testutil.CarelessFetchServer(t)
 		d, admin, dir := bootWithToolServers(t, "    - {name: careless, url: \""+careless+"\"}\n")
 		if ok, why := d.Ready(); ok {
 			t.Fatalf("ready with a careless tool server listed: %s", why)
