@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -109,4 +110,40 @@ func counter(c prometheus.Counter) float64 {
 	var m dto.Metric
 	c.Write(&m)
 	return m.GetCounter().GetValue()
+}
+
+// TestServeToolHTTPSInjectAndMessage: a tool fetch of an https URL is
+// sent over TLS verified against the upstream roots; a rule's inject
+// applies for the token identity the tool's caller proves (the tool
+// holds no credential); the operator's message reaches the denial.
+func TestServeToolHTTPSInjectAndMessage(t *testing.T) {
+	const secret = "tok-tool-1234"
+	tokFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokFile, []byte(secret+"\n"))
+	want := "Bearer " + secret
+	var nowhere string
+	reg := newAuthOrigin(t, &want, &nowhere)
+	_, regPort := splitPort(reg.addr)
+	h := newHarness(t, strings.ReplaceAll(injectConfig, "{TOKEN}", tokFile), map[string][]string{
+		"registry.test": {"127.0.0.1"}, "other.test": {"127.0.0.1"}, "allowed.test": {"127.0.0.1"},
+	})
+	as := func(r *http.Request, user string) *http.Request {
+		r.Header.Set("Proxy-Authorization", "Basic "+basic(user))
+		return r
+	}
+	w := httptest.NewRecorder()
+	h.px.ServeTool(w, as(toolRequest(t, "GET", "http://registry.test:"+regPort+"/pkg.tgz", "127.0.0.1:1"), "build"))
+	if w.Code != 200 || w.Body.String() != "package bytes" {
+		t.Errorf("registry as build via the tool: %d %q, want the injected token's 200", w.Code, w.Body.String())
+	}
+	w = httptest.NewRecorder()
+	h.px.ServeTool(w, as(toolRequest(t, "GET", "http://registry.test:"+regPort+"/pkg.tgz", "127.0.0.1:1"), "research"))
+	if w.Code != 403 || !strings.Contains(w.Body.String(), "ask #platform") {
+		t.Errorf("registry as research via the tool: %d %q, want 403 with deny.message", w.Code, w.Body.String())
+	}
+	w = httptest.NewRecorder()
+	h.px.ServeTool(w, toolRequest(t, "GET", "https://other.test:"+h.tlsO.port()+"/secure", "127.0.0.1:1"))
+	if w.Code != 200 || !strings.Contains(w.Body.String(), "origin says hi to GET /secure") {
+		t.Errorf("https via the tool: %d %q", w.Code, w.Body.String())
+	}
 }
