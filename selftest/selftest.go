@@ -273,19 +273,8 @@ func (c *Config) check() error {
 			errs = append(errs, fmt.Errorf("%q: want an absolute http:// or https:// URL", u))
 		}
 	}
+	errs = append(errs, checkToolServers(c.ToolServers)...)
 	seen := map[string]bool{}
-	for _, ts := range c.ToolServers {
-		pu, err := url.Parse(ts.URL)
-		switch {
-		case ts.Name == "" || seen["tool-server/"+ts.Name]:
-			errs = append(errs, fmt.Errorf("tool server %q: want a unique, non-empty name", ts.Name))
-		case err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "":
-			errs = append(errs, fmt.Errorf("tool server %s: %q: want an absolute http:// or https:// URL", ts.Name, ts.URL))
-		case ts.Tool == "" || ts.Arg == "":
-			errs = append(errs, fmt.Errorf("tool server %s: want the tool and its URL argument", ts.Name))
-		}
-		seen["tool-server/"+ts.Name] = true
-	}
 	for _, q := range c.Refused {
 		if q.ID == "" || seen[q.ID] {
 			errs = append(errs, fmt.Errorf("refused request %q: want a unique, non-empty ID", q.ID))

@@ -28,6 +28,25 @@ type ToolServer struct {
 	Arg  string `json:"arg"`  // the argument that takes the URL
 }
 
+// checkToolServers finds what makes a tool-server list unusable.
+func checkToolServers(list []ToolServer) []error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, ts := range list {
+		pu, err := url.Parse(ts.URL)
+		switch {
+		case ts.Name == "" || seen[ts.Name]:
+			errs = append(errs, fmt.Errorf("tool server %q: want a unique, non-empty name", ts.Name))
+		case err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "":
+			errs = append(errs, fmt.Errorf("tool server %s: %q: want an absolute http:// or https:// URL", ts.Name, ts.URL))
+		case ts.Tool == "" || ts.Arg == "":
+			errs = append(errs, fmt.Errorf("tool server %s: want the tool and its URL argument", ts.Name))
+		}
+		seen[ts.Name] = true
+	}
+	return errs
+}
+
 // Expectations of the tool-server probes.
 const (
 	expToolRefused = "tool error or egressd's refusal"

@@ -194,3 +194,31 @@ func text(r *mcp.CallToolResult) string {
 	}
 	return b.String()
 }
+
+// checkCounted checks that calls tool calls were logged as decisions of
+// agent via tool, highRisk of them counted high-risk and denied of them
+// counted denials, in egressd_requests_total and egressd_tool_calls_total.
+func (e *env) checkCounted(t *testing.T, calls, highRisk, denied int) {
+	t.Helper()
+	ds := e.decisions(t)
+	if len(ds) != calls {
+		t.Fatalf("%d decision lines, want %d:\n%s", len(ds), calls, e.logs.String())
+	}
+	for _, d := range ds {
+		if d.Via != event.ViaTool || d.Identity != "agent" {
+			t.Errorf("decision %+v: want via tool, identity agent", d)
+		}
+	}
+	if got := e.metric(t, "egressd_high_risk_total", nil); got != float64(highRisk) {
+		t.Errorf("egressd_high_risk_total = %v, want %d", got, highRisk)
+	}
+	if got := e.metric(t, "egressd_requests_total", map[string]string{"decision": "deny"}); got != float64(denied) {
+		t.Errorf("egressd_requests_total{decision=deny} = %v, want %d", got, denied)
+	}
+	if got := e.metric(t, "egressd_tool_calls_total", map[string]string{"decision": "deny"}); got != float64(denied) {
+		t.Errorf("egressd_tool_calls_total{decision=deny} = %v, want %d", got, denied)
+	}
+	if got := e.metric(t, "egressd_tool_calls_total", map[string]string{"decision": "allow"}); got != float64(calls-denied) {
+		t.Errorf("egressd_tool_calls_total{decision=allow} = %v, want %d", got, calls-denied)
+	}
+}

@@ -55,24 +55,7 @@ func TestGoSDKClient(t *testing.T) {
 			t.Errorf("%s: isError %v, text %q: want a tool error naming %s", tc.url, r.IsError, got, tc.reason)
 		}
 	}
-	ds := e.decisions(t)
-	if len(ds) != 3 {
-		t.Fatalf("%d decision lines, want 3:\n%s", len(ds), e.logs.String())
-	}
-	for _, d := range ds {
-		if d.Via != event.ViaTool || d.Identity != "agent" {
-			t.Errorf("decision %+v: want via tool, identity agent", d)
-		}
-	}
-	if got := e.metric(t, "egressd_high_risk_total", nil); got != 1 {
-		t.Errorf("egressd_high_risk_total = %v, want 1", got)
-	}
-	if got := e.metric(t, "egressd_requests_total", map[string]string{"decision": "deny"}); got != 2 {
-		t.Errorf("egressd_requests_total{decision=deny} = %v, want 2", got)
-	}
-	if got := e.metric(t, "egressd_tool_calls_total", map[string]string{"decision": "allow"}); got != 1 {
-		t.Errorf("egressd_tool_calls_total{decision=allow} = %v, want 1", got)
-	}
+	e.checkCounted(t, 3, 1, 2)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.alerts) != 1 || !e.alerts[0].HighRisk || e.alerts[0].Via != event.ViaTool || e.alerts[0].Identity != "agent" {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/egressd/egressd/event"
 )
 
 // tsSDK returns a directory whose node_modules holds the official
@@ -101,19 +99,5 @@ func TestTypeScriptSDKClient(t *testing.T) {
 			t.Errorf("%s: %+v: want a tool error naming %s", c.URL, c, reason)
 		}
 	}
-	var tool int
-	for _, d := range e.decisions(t) {
-		if d.Via == event.ViaTool && d.Identity == "agent" {
-			tool++
-		}
-	}
-	if tool != 3 {
-		t.Errorf("%d decision lines of agent via tool, want 3:\n%s", tool, e.logs.String())
-	}
-	if got := e.metric(t, "egressd_high_risk_total", nil); got != 1 {
-		t.Errorf("egressd_high_risk_total = %v, want 1", got)
-	}
-	if got := e.metric(t, "egressd_requests_total", map[string]string{"decision": "deny"}); got != 2 {
-		t.Errorf("egressd_requests_total{decision=deny} = %v, want 2", got)
-	}
+	e.checkCounted(t, 3, 1, 2)
 }
