@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/egressd/egressd/event"
@@ -41,6 +42,13 @@ func (x *Proxy) ToolGate(w http.ResponseWriter, r *http.Request) bool {
 	rq := &request{start: time.Now(), method: r.Method, via: event.ViaTool}
 	rq.identity, rq.source = x.identify(r)
 	rq.probe = x.probeLabel(r, rq.identity, "")
+	if strings.HasPrefix(r.Header.Get("User-Agent"), ProbeUserAgentPrefix) {
+		// An in-sandbox probe run (or `egressd selftest` beside serve)
+		// asks the tools for its plan's targets: its session passes, and
+		// each fetch is let through only as a live run's request to a
+		// target of its plan (toolAllowed, with the fetch's host).
+		return true
+	}
 	if ok, detail := x.toolAllowed(rq); !ok {
 		x.refuse(w, r, rq, policy.ReasonToolRefused, detail)
 		return false
@@ -50,9 +58,10 @@ func (x *Proxy) ToolGate(w http.ResponseWriter, r *http.Request) bool {
 
 // toolAllowed applies tools.identities to a request made via the tool
 // endpoint (every other request passes): the identity or the source
-// identity it refines must be listed. egressd's own self-test passes.
+// identity it refines must be listed. Probe traffic passes: egressd's own
+// self-test, and a live probe run's request to a target of its plan.
 func (x *Proxy) toolAllowed(rq *request) (bool, string) {
-	if rq.via != event.ViaTool || rq.probe == policy.SelftestIdentity {
+	if rq.via != event.ViaTool || rq.probe != "" {
 		return true, ""
 	}
 	t := &x.Policy().Tools

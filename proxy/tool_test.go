@@ -99,6 +99,21 @@ func TestToolGate(t *testing.T) {
 		t.Errorf("refusal %d %q", w.Code, w.Header().Get("X-Egressd-Deny"))
 	}
 	waitLog(t, h, `"reason":"tool-refused"`)
+	// an in-sandbox probe's session passes the gate; each of its fetches
+	// is then refused unless it is a live probe run's request to a target
+	// of its plan (none here)
+	r := toolRequest(t, "POST", "http://127.0.0.1/mcp", "127.0.0.8:1")
+	r.Header.Set("User-Agent", ProbeUserAgentPrefix+"not-a-live-token")
+	if !h.px.ToolGate(httptest.NewRecorder(), r) {
+		t.Error("a probe run's session was refused at the gate")
+	}
+	r = toolRequest(t, "GET", "http://allowed.test:"+h.plain.port()+"/", "127.0.0.8:1")
+	r.Header.Set("User-Agent", ProbeUserAgentPrefix+"not-a-live-token")
+	w = httptest.NewRecorder()
+	h.px.ServeTool(w, r)
+	if w.Code != 403 || w.Header().Get("X-Egressd-Deny") != "tool-refused" {
+		t.Errorf("an unverified probe label's fetch: %d %q, want 403 tool-refused", w.Code, w.Header().Get("X-Egressd-Deny"))
+	}
 	w = httptest.NewRecorder()
 	h.px.ServeTool(w, toolRequest(t, "GET", "http://allowed.test:"+h.plain.port()+"/", "127.0.0.8:1"))
 	if w.Code != 403 || w.Header().Get("X-Egressd-Deny") != "tool-refused" || h.plain.hits.Load() != 0 {
