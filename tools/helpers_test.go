@@ -45,20 +45,31 @@ type env struct {
 	mu       sync.Mutex
 	alerts   []proxy.Attempt
 	refused  []string // upstream dials the guard refused
+	done     chan struct{}
+	timeout  time.Duration // the endpoint's Config.Timeout (0: its default)
 }
 
 // token is the secret of identity ci in testPolicy.
 const token = "s3cret"
 
 // newEnv builds the environment; extra is appended to the policy.
-func newEnv(t *testing.T, extra string) *env {
+func newEnv(t *testing.T, extra string) *env { t.Helper(); return newEnvTimeout(t, extra, 0) }
+
+// newEnvTimeout is newEnv with the endpoint's per-call timeout.
+func newEnvTimeout(t *testing.T, extra string, timeout time.Duration) *env {
 	t.Helper()
-	e := &env{reg: prometheus.NewRegistry(), logs: testutil.NewLogWatch()}
+	e := &env{reg: prometheus.NewRegistry(), logs: testutil.NewLogWatch(), done: make(chan struct{})}
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/page":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			io.WriteString(w, page)
+		case "/slow": // head, then nothing until the test ends
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(200)
+			io.WriteString(w, "first bytes")
+			w.(http.Flusher).Flush()
+			<-e.done
 		case "/big":
 			w.Header().Set("Content-Type", "text/plain")
 			io.WriteString(w, strings.Repeat("0123456789", 1000))
@@ -68,6 +79,7 @@ func newEnv(t *testing.T, extra string) *env {
 	}))
 	o.Config.ErrorLog = log.New(io.Discard, "", 0)
 	t.Cleanup(o.Close)
+	t.Cleanup(func() { close(e.done) }) // runs before o.Close: /slow returns
 	e.origin = strings.TrimPrefix(o.URL, "http://")
 	_, port, _ := net.SplitHostPort(e.origin)
 	sum := sha256.Sum256([]byte(token))
@@ -106,7 +118,7 @@ identities:
 			e.mu.Unlock()
 		},
 	})
-	ts := httptest.NewServer(tools.Handler(tools.Config{Checkpoint: e.px, Version: "test"}))
+	ts := httptest.NewServer(tools.Handler(tools.Config{Checkpoint: e.px, Version: "test", Timeout: timeout}))
 	t.Cleanup(ts.Close)
 	e.endpoint = ts.URL + tools.Path
 	t.Cleanup(func() {

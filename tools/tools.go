@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -30,7 +32,14 @@ type Config struct {
 	Checkpoint Checkpoint // required
 	Logger     *slog.Logger
 	Version    string // egressd's version, in the MCP server info
+	// Timeout bounds one fetch, head and body; 0: DefaultTimeout. The
+	// proxy's own limits (limits.response_*) apply within it.
+	Timeout time.Duration
 }
+
+// DefaultTimeout bounds a fetch: a model waits on the call, and a site
+// that dribbles must not hold it for limits.response_timeout (an hour).
+const DefaultTimeout = 2 * time.Minute
 
 // Fetch tool limits.
 const (
@@ -94,7 +103,7 @@ func Handler(cfg Config) http.Handler {
 		c := callerOf(r)
 		s := mcp.NewServer(impl, &mcp.ServerOptions{Logger: log, SchemaCache: schemas,
 			Instructions: "fetch reaches the web under this sandbox's egress policy; refusals say why."})
-		f := &fetcher{cp: cfg.Checkpoint, who: c}
+		f := &fetcher{cp: cfg.Checkpoint, who: c, timeout: cmp.Or(cfg.Timeout, DefaultTimeout)}
 		mcp.AddTool(s, &mcp.Tool{Name: "fetch", Title: "Fetch a URL (egressd)", Description: fetchDescription,
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(true)}}, f.call)
 		return s
@@ -118,8 +127,9 @@ func ptr[T any](v T) *T { return &v }
 
 // fetcher runs the fetch tool for one caller.
 type fetcher struct {
-	cp  Checkpoint
-	who caller
+	cp      Checkpoint
+	who     caller
+	timeout time.Duration
 }
 
 // call is the fetch tool: a refusal or a failure is a tool error (the
@@ -157,6 +167,8 @@ func (f *fetcher) fetch(ctx context.Context, in FetchInput) (string, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 		return "", fmt.Errorf("url %q: want an absolute http:// or https:// URL without user info", in.URL)
 	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return "", fmt.Errorf("url %q: %w", in.URL, err)
@@ -174,7 +186,12 @@ func (f *fetcher) fetch(ctx context.Context, in FetchInput) (string, error) {
 	}
 	w := newCapture(limit)
 	f.cp.ServeTool(w, req)
-	return result(u.String(), method, w)
+	text, err := result(u.String(), method, w)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// the proxy cut the response when the context ended
+		return "", fmt.Errorf("%s %s: no complete answer within %v; what came:\n%s", method, u, f.timeout, cmp.Or(text, "(nothing)"))
+	}
+	return text, err
 }
 
 // result turns a captured response into the tool's text, or its error.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -132,5 +133,34 @@ func TestToolIdentities(t *testing.T) {
 	}
 	if asCI != 2 {
 		t.Errorf("%d allowed fetches as ci (refining agent), want 2:\n%s", asCI, e.logs.String())
+	}
+}
+
+// TestFetchTimeout: a site that sends a head and then nothing does not
+// hold a call past the endpoint's timeout: the call ends as a tool error
+// with what came, and the decision is logged (the proxy cut the body).
+func TestFetchTimeout(t *testing.T) {
+	// time itself is under test here: a 300 ms bound against a site that
+	// never finishes
+	e := newEnvTimeout(t, "", 300*time.Millisecond)
+	ctx := t.Context()
+	cs, err := e.connect(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	start := time.Now()
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fetch", Arguments: map[string]any{"url": "http://" + e.origin + "/slow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text(r); !r.IsError || !strings.Contains(got, "no complete answer within 300ms") || !strings.Contains(got, "first bytes") {
+		t.Errorf("slow site: isError %v, text %q", r.IsError, got)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the call took %v", d)
+	}
+	if ds := e.decisions(t); len(ds) != 1 || ds[0].Via != event.ViaTool {
+		t.Errorf("decisions %+v, want one via tool", ds)
 	}
 }
