@@ -18,6 +18,7 @@ import (
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/report"
 	"github.com/egressd/egressd/selftest"
 )
 
@@ -166,6 +167,12 @@ func TestSelftestToolServers(t *testing.T) {
 		}
 		if leaks < 9 {
 			t.Errorf("%d leaks, want the canary, 6 metadata spellings, a metadata name and the unlisted host", leaks)
+		}
+		// the evidence pack names the server and shows what it returned
+		var md strings.Builder
+		report.Write(&md, report.Input{Now: time.Now(), Policy: d.Policy(), Runs: h})
+		if !strings.Contains(md.String(), "`tool-server/careless/metadata-literal/169.254.169.254`") || !strings.Contains(md.String(), "ASIA-FAKE-KEY") {
+			t.Errorf("the report lacks the careless tool server's leak and its evidence:\n%s", md.String())
 		}
 	})
 }
