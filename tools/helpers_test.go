@@ -53,10 +53,10 @@ type env struct {
 const token = "s3cret"
 
 // newEnv builds the environment; extra is appended to the policy.
-func newEnv(t *testing.T, extra string) *env { t.Helper(); return newEnvTimeout(t, extra, 0) }
+func newEnv(t testing.TB, extra string) *env { t.Helper(); return newEnvTimeout(t, extra, 0) }
 
 // newEnvTimeout is newEnv with the endpoint's per-call timeout.
-func newEnvTimeout(t *testing.T, extra string, timeout time.Duration) *env {
+func newEnvTimeout(t testing.TB, extra string, timeout time.Duration) *env {
 	t.Helper()
 	e := &env{reg: prometheus.NewRegistry(), logs: testutil.NewLogWatch(), done: make(chan struct{})}
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
