@@ -46,7 +46,6 @@ type env struct {
 	alerts   []proxy.Attempt
 	refused  []string // upstream dials the guard refused
 	done     chan struct{}
-	timeout  time.Duration // the endpoint's Config.Timeout (0: its default)
 }
 
 // token is the secret of identity ci in testPolicy.
