@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/egressd/egressd/internal/testnet"
+	"github.com/egressd/egressd/selftest"
 )
 
 // TestToolsFromSandbox: `serve --walls` with tools.listen on the gateway
@@ -78,13 +79,19 @@ func TestToolsFromSandbox(t *testing.T) {
 	code, out, errs := l.egressdIn(t, l.topo.Sandbox, nobody, []string{"SSL_CERT_FILE=" + bundle, "PATH=/usr/bin:/bin", "HOME=/nonexistent"}, "probe", "--proxy", "198.51.100.1:3128", "--dns", "198.51.100.1:53", "--json",
 		"--tool-server", "egressd=http://198.51.100.1:8931/mcp")
 	rep := selftestJSON(t, out, errs)
+	// Judged on its tool-server probes and on leaks: the rest of the
+	// catalog is TestInSandboxProbe's (under load its 1 s proxy probes may
+	// time out, which is "incomplete", not a leak).
 	var tool int
 	for _, r := range rep.Results {
 		if strings.HasPrefix(r.ID, "tool-server/egressd/") {
 			tool++
+			if r.Status != selftest.Pass {
+				t.Errorf("%s from the sandbox: %s %s %s", r.ID, r.Status, r.Result, r.Detail)
+			}
 		}
 	}
-	if code != exitOK || !rep.Sealed() || tool < 9 {
+	if code == exitDeny || len(rep.Leaks()) > 0 || tool < 9 {
 		t.Errorf("in-sandbox probe with --tool-server: exit %d, %s, %d tool-server probes\n%s\n%s", code, rep.Outcome(), tool, tableOf(rep), errs)
 	}
 }
