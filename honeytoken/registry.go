@@ -174,3 +174,9 @@ func equalFoldASCII[T string | []byte](b T, lower string) bool {
 	}
 	return true
 }
+
+// ScanEscaped is ScanString that also looks through percent-escapes.
+func (r *Registry) ScanEscaped(s string) (Token, bool) { return r.ScanString(s) }
+
+// ScanName is ScanString for a DNS name.
+func (r *Registry) ScanName(name string) (Token, bool) { return r.ScanString(name) }
