@@ -54,3 +54,27 @@ func TestHoneytokenName(t *testing.T) {
 		t.Fatal("no dns query line names the honeytoken")
 	}
 }
+
+// TestHoneytokenNameSplit: a canary split over labels reaches the zone's
+// server whole (it joins the labels): NXDOMAIN, never upstream.
+func TestHoneytokenNameSplit(t *testing.T) {
+	f := newFixture(t, 1000)
+	ts, err := honeytoken.Issue("sandbox-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := honeytoken.NewRegistry()
+	reg.Set("run", ts)
+	f.s.honey = reg
+	v := strings.ToLower(ts[0].Value)
+	name := v[:6] + "." + v[6:13] + "." + v[13:] + ".wild.test."
+	f.up.set(t, name, dns.TypeA, name+" 60 IN A "+good4)
+	if r := f.ask(t, agent, name, dns.TypeA); r.Rcode != dns.RcodeNameError {
+		t.Fatalf("canary split over labels: rcode %s, want NXDOMAIN", dns.RcodeToString[r.Rcode])
+	}
+	for _, q := range f.up.queries() {
+		if strings.Contains(q.name, v[6:13]) {
+			t.Fatalf("the split canary reached the upstream: %+v", q)
+		}
+	}
+}

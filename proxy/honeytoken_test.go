@@ -76,6 +76,11 @@ func TestHoneytokenRefused(t *testing.T) {
 		{"read-POST json body", "POST", jira, `{"jql":"project = X AND text ~ \"` + secret + `\"","maxResults":10}`, map[string]string{"Content-Type": "application/json"}, "aws-secret-access-key", "body"},
 		{"read-POST json body without it", "POST", jira, `{"jql":"project = X","maxResults":10}`, map[string]string{"Content-Type": "application/json"}, "", ""},
 		{"host under a wildcard, lower case", "GET", "http://" + strings.ToLower(aws) + ".wild.test:" + port + "/", "", nil, "aws-access-key-id", "host"},
+		{"query, percent-escaped", "GET", base + "/search?key=%" + fmt.Sprintf("%02x", aws[0]) + aws[1:], "", nil, "aws-access-key-id", "query"},
+		{"query, double-escaped", "GET", base + "/search?key=%25" + fmt.Sprintf("%02X", aws[0]) + aws[1:], "", nil, "aws-access-key-id", "query"},
+		{"path, percent-escaped", "GET", base + "/u/%" + fmt.Sprintf("%02X", gh[0]) + gh[1:], "", nil, "github-token", "path"},
+		{"cookie, percent-escaped", "GET", base + "/", "", map[string]string{"Cookie": "s=%" + fmt.Sprintf("%02x", api[0]) + api[1:]}, "api-key", "header Cookie"},
+		{"query, base64", "GET", base + "/search?d=" + b64("key="+secret), "", nil, "aws-secret-access-key", "query"},
 		{"denied host: still honeytoken", "GET", "http://unlisted.test:" + port + "/?k=" + api, "", nil, "api-key", "query"},
 	}
 	for _, tt := range tests {
