@@ -81,6 +81,7 @@ func TestHoneytokenRefused(t *testing.T) {
 		{"path, percent-escaped", "GET", base + "/u/%" + fmt.Sprintf("%02X", gh[0]) + gh[1:], "", nil, "github-token", "path"},
 		{"cookie, percent-escaped", "GET", base + "/", "", map[string]string{"Cookie": "s=%" + fmt.Sprintf("%02x", api[0]) + api[1:]}, "api-key", "header Cookie"},
 		{"query, base64", "GET", base + "/search?d=" + b64("key="+secret), "", nil, "aws-secret-access-key", "query"},
+		{"host, split over labels", "GET", "http://" + strings.ToLower(aws[:9]+"."+aws[9:]) + ".wild.test:" + port + "/", "", nil, "aws-access-key-id", "host"},
 		{"denied host: still honeytoken", "GET", "http://unlisted.test:" + port + "/?k=" + api, "", nil, "api-key", "query"},
 	}
 	for _, tt := range tests {
