@@ -33,6 +33,7 @@ type wsScanner struct {
 	off     uint64 // payload offset in the current frame (for the mask)
 	carry   []byte // the last payload bytes seen, unmasked
 	scratch []byte
+	err     error // why the stream is refused (not a honeytoken)
 }
 
 // feed parses b, the next bytes the client sent, and returns the first

@@ -55,6 +55,11 @@ func TestWSScanner(t *testing.T) {
 		{"split across fragments", append(wsFrame(1, false, []byte("a "+tok[:10]), mask), wsFrame(0, true, []byte(tok[10:]+" b"), mask)...), true},
 		{"after an empty frame and a ping", append(append(wsFrame(9, true, nil, mask), wsFrame(10, true, []byte("p"), mask)...), wsFrame(1, true, []byte(tok), mask)...), true},
 		{"masked bytes only: not in the raw stream", wsFrame(1, true, []byte("zzzz"), mask), false},
+		// RFC 6455 5.4: control frames may sit between the fragments of
+		// a message; the server joins the fragments without them.
+		{"split across fragments around a ping", append(append(wsFrame(1, false, []byte("a "+tok[:10]), mask), wsFrame(9, true, []byte("p"), mask)...), wsFrame(0, true, []byte(tok[10:]+" b"), mask)...), true},
+		{"split across fragments around an empty pong", append(append(wsFrame(1, false, []byte(tok[:5]), mask), wsFrame(10, true, nil, mask)...), wsFrame(0, true, []byte(tok[5:]), mask)...), true},
+		{"in a ping's payload", wsFrame(9, true, []byte("ping "+tok), mask), true},
 	}
 	for _, tt := range tests {
 		for _, chunk := range []int{1, 3, 7, 4096, len(tt.stream)} {
@@ -69,6 +74,20 @@ func TestWSScanner(t *testing.T) {
 				t.Errorf("%s, chunks of %d: found %v, want %v", tt.name, chunk, found, tt.want)
 			}
 		}
+	}
+	// A frame with an RSV bit set uses an extension (permessage-deflate's
+	// RSV1): none was negotiated, since egressd drops the offer, so its
+	// payload may be compressed past the scan: refused.
+	for _, rsv := range []byte{0x40, 0x20, 0x10} {
+		f := wsFrame(1, true, []byte("hello"), mask)
+		f[0] |= rsv
+		s := &wsScanner{reg: reg}
+		if s.feed(append(wsFrame(1, true, []byte("ok"), mask), f...)); s.err == nil {
+			t.Errorf("frame with RSV bits %#x: not refused", rsv)
+		}
+	}
+	if s := (&wsScanner{reg: reg}); func() bool { s.feed(wsFrame(1, true, []byte("hello"), mask)); return s.err != nil }() {
+		t.Errorf("plain frame refused: %v", s.err)
 	}
 	// the raw (masked) stream never shows the token: only unmasking finds it
 	if raw := wsFrame(1, true, []byte(tok), mask); bytes.Contains(raw, []byte(tok)) {
