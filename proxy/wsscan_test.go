@@ -165,3 +165,43 @@ func TestWebSocketHoneytoken(t *testing.T) {
 		t.Fatalf("alerts %+v", alerts)
 	}
 }
+
+// TestWebSocketExtensionFrameRefused: while honeytokens are watched, a
+// client frame with RSV1 set (compressed by a permessage-deflate that was
+// never negotiated) closes the connection before the origin gets it,
+// logged with reason upgrade.
+func TestWebSocketExtensionFrameRefused(t *testing.T) {
+	ts, _ := honeytoken.Issue("ws-agent")
+	reg := honeytoken.NewRegistry()
+	reg.Set("t", ts)
+	h := newHarnessWith(t, wsConfig, wsNames, func(c *Config) { c.Honeytokens = reg })
+	port, _ := wsOrigin(t, h)
+	tc := inspectedTLS(t, h, "ws.test", port)
+	cfg, err := websocket.NewConfig("wss://ws.test:"+port+"/chat", "https://ws.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := websocket.NewClient(cfg, tc)
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	var got string
+	if err := websocket.Message.Send(ws, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if err := websocket.Message.Receive(ws, &got); err != nil || got != "hello" {
+		t.Fatalf("echo of a plain frame: %q %v", got, err)
+	}
+	f := wsFrame(1, true, []byte("deflated?"), [4]byte{9, 8, 7, 6})
+	f[0] |= 0x40 // RSV1: permessage-deflate
+	if _, err := tc.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := websocket.Message.Receive(ws, &got); err == nil {
+		t.Fatalf("the RSV1 frame came back: %q", got)
+	}
+	line := waitLog(t, h, "RSV bits")
+	if !strings.Contains(line, `"reason":"upgrade"`) {
+		t.Fatalf("log line: %s", line)
+	}
+}
