@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -64,5 +65,35 @@ func TestReadableSecrets(t *testing.T) {
 	p := &policy.Policy{Audit: policy.Audit{SignKey: world, SignKeyPrevious: private}}
 	if got := readableSecrets(p, nobody); len(got) != 1 || got[0] != world {
 		t.Errorf("audit keys readable by the sandbox: %v, want [%s]", got, world)
+	}
+}
+
+// TestReadableHoneytokenStore: a honeytoken store the sandbox's user can
+// read tells the agent which of its credentials are canaries (it would
+// then leave them alone): named like a secret. An absent store is fine:
+// the run creates it root's, mode 0600.
+func TestReadableHoneytokenStore(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own files as another user")
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	open, closed, absent := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, d := range []string{filepath.Dir(open), open, closed, absent} {
+		os.Chmod(d, 0o755)
+	}
+	for dir, mode := range map[string]os.FileMode{open: 0o644, closed: 0o600} {
+		p := filepath.Join(dir, honeytoken.StoreFile)
+		if err := os.WriteFile(p, []byte("{}\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+	}
+	for _, tt := range []struct {
+		dir  string
+		want bool
+	}{{open, true}, {closed, false}, {absent, false}, {"", false}} {
+		if got := readableStore(tt.dir, nobody) != ""; got != tt.want {
+			t.Errorf("store in %q: readable %v, want %v", tt.dir, got, tt.want)
+		}
 	}
 }
