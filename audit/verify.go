@@ -96,6 +96,9 @@ type VerifyOptions struct {
 	// Key, or a key it announced, signed. With Live, lines after the last
 	// checkpoint are reported (Report.UnsignedFrom) rather than refused.
 	Key ed25519.PublicKey
+	// FinalKey, with Key, is the key the log must end signed with (the
+	// current audit.pub after a rotation).
+	FinalKey ed25519.PublicKey
 }
 
 // Report describes a log that verified.
