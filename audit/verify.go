@@ -96,8 +96,10 @@ type VerifyOptions struct {
 	// Key, or a key it announced, signed. With Live, lines after the last
 	// checkpoint are reported (Report.UnsignedFrom) rather than refused.
 	Key ed25519.PublicKey
-	// FinalKey, with Key, is the key the log must end signed with (the
-	// current audit.pub after a rotation).
+	// FinalKey is the key the log must end signed with (the current
+	// audit.pub after a rotation, Key the first one): without it, whoever
+	// holds a retired key can cut the log back to before the rotation and
+	// sign a continuation. Alone, it is Key too (no rotation expected).
 	FinalKey ed25519.PublicKey
 }
 
@@ -219,6 +221,9 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		sealed   bool                // the last line other than a checkpoint is a seal
 		kr       = newKeyring(o.Key) // nil without a key
 	)
+	if o.Key == nil && o.FinalKey != nil {
+		kr = newKeyring(o.FinalKey)
+	}
 	fail := func(line int, k Kind, format string, args ...any) (Report, error) {
 		return rep, &TamperError{Line: line, Kind: k, Detail: fmt.Sprintf(format, args...)}
 	}
@@ -289,6 +294,9 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 	}
 	if te := kr.finish(&rep, o.Live); te != nil {
 		return rep, te
+	}
+	if o.FinalKey != nil && kr.curID != KeyID(o.FinalKey) {
+		return fail(max(1, rep.SignedLines), Unsigned, "the log ends signed by key %s, not by the final key %s: it was cut back to before a rotation and continued with a retired key, or the final key given is not the current one", kr.curID, KeyID(o.FinalKey))
 	}
 	return rep, nil
 }
