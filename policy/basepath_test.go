@@ -174,3 +174,50 @@ func BenchmarkDecideBasePath(b *testing.B) {
 		})
 	}
 }
+
+// nestedBaseConfig: a host whose root is a plain file server (generic,
+// base_path /) with an npm repository under it; the npm rule's grammar
+// refuses what the generic one would allow (Artifactory's /auth returns
+// the caller's credentials).
+const nestedBaseConfig = `version: 1
+allow:
+  - name: files
+    hosts: [repo.example.com]
+    mirror: generic
+    base_path: /
+  - name: art-npm
+    hosts: [repo.example.com]
+    mirror: npm
+    base_path: /artifactory/api/npm/npm-remote
+`
+
+// TestBasePathSpelledOtherwise: a path that the server reads as under a
+// longer base_path, spelled so the raw bytes are not (an escape, another
+// case), must not be decided by the shorter, looser rule.
+func TestBasePathSpelledOtherwise(t *testing.T) {
+	p := mustParse(t, nestedBaseConfig)
+	for _, tc := range []struct {
+		url   string
+		allow bool
+	}{
+		{"https://repo.example.com/artifactory/api/npm/npm-remote/auth", false},
+		{"https://repo.example.com/artifactory/api/npm/npm-remot%65/auth", false},
+		{"https://repo.example.com/artifactory/api/npm/npm%2Dremote/auth", false},
+		{"https://repo.example.com/%61rtifactory/api/npm/npm-remote/auth", false},
+		{"https://repo.example.com/artifactory/api/npm/NPM-REMOTE/auth", false},
+		{"https://repo.example.com/Artifactory/api/npm/npm-remote/auth", false},
+		// still allowed: the files the generic rule serves, the npm reads
+		{"https://repo.example.com/artifactory/api/npm/npm-remote/express", true},
+		{"https://repo.example.com/downloads/tool-1.0.tar.gz", true},
+		{"https://repo.example.com/downloads/Tool%2B1.0.tar.gz", true},
+		{"https://repo.example.com/artifactory/api/npm/npm-remote-2/x", true},
+	} {
+		tg, err := ParseURL(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := p.DecideRequest(&tg, "GET", "", 0); d.Allow != tc.allow {
+			t.Errorf("GET %s = allow %v by %q (%s), want %v", tc.url, d.Allow, d.RuleName(), d.Detail, tc.allow)
+		}
+	}
+}
