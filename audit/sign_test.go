@@ -196,20 +196,23 @@ func TestCheckpointInterval(t *testing.T) {
 	}
 }
 
+// signedSession appends one session of two decisions to the log at path.
+func signedSession(t *testing.T, path string, o *SignOptions) {
+	t.Helper()
+	s, err := OpenWith(path, Options{Sign: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDecisions(slog.New(s.Handler(nil)), 0, 2)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSignedResumeAndRotation(t *testing.T) {
 	a, b := testKey(t), testKey(t)
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	session := func(o *SignOptions) {
-		t.Helper()
-		s, err := OpenWith(path, Options{Sign: o})
-		if err != nil {
-			t.Fatal(err)
-		}
-		logDecisions(slog.New(s.Handler(nil)), 0, 2)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	session := func(o *SignOptions) { t.Helper(); signedSession(t, path, o) }
 	session(&SignOptions{Key: a})
 	session(&SignOptions{Key: b, Previous: a}) // rotates: announced in a checkpoint a signs
 	session(&SignOptions{Key: b, Previous: a}) // already rotated: b only
@@ -337,17 +340,7 @@ func BenchmarkHandlerSigned(b *testing.B) {
 func TestVerifyFinalKeyAfterRotation(t *testing.T) {
 	a, b := testKey(t), testKey(t)
 	dir := t.TempDir()
-	session := func(path string, o *SignOptions) {
-		t.Helper()
-		s, err := OpenWith(path, Options{Sign: o})
-		if err != nil {
-			t.Fatal(err)
-		}
-		logDecisions(slog.New(s.Handler(nil)), 0, 2)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	session := func(path string, o *SignOptions) { t.Helper(); signedSession(t, path, o) }
 	real := filepath.Join(dir, "audit.jsonl")
 	session(real, &SignOptions{Key: a})
 	before, err := os.ReadFile(real)

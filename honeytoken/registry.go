@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,27 +221,17 @@ func unescapeLax(s string) (string, bool) {
 	b := make([]byte, 0, len(s))
 	changed := false
 	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && unhex(s[i+1]) >= 0 && unhex(s[i+2]) >= 0 {
-			b = append(b, byte(unhex(s[i+1])<<4|unhex(s[i+2])))
-			i += 2
-			changed = true
-			continue
+		if s[i] == '%' && i+2 < len(s) {
+			if d, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(d))
+				i += 2
+				changed = true
+				continue
+			}
 		}
 		b = append(b, s[i])
 	}
 	return string(b), changed
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
 }
 
 // ScanName is ScanString for a DNS name, which also looks at the name with
