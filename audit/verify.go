@@ -217,8 +217,8 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		prevSeq  uint64
 		prevHash [32]byte
 		prevKind string
-		bad      *badLine            // a malformed line awaiting its recover record
-		sealed   bool                // the last line other than a checkpoint is a seal
+		bad      *badLine                        // a malformed line awaiting its recover record
+		sealed   bool                            // the last line other than a checkpoint is a seal
 		kr       = newKeyring(o.Key, o.FinalKey) // nil without a key
 	)
 	fail := func(line int, k Kind, format string, args ...any) (Report, error) {
