@@ -360,3 +360,18 @@ func TestBasePathAttacks(t *testing.T) {
 		}
 	}
 }
+
+// TestBasePathCaseTwins: two base_paths that differ only in case are two
+// repositories; each request spelled exactly as one is routed to it.
+func TestBasePathCaseTwins(t *testing.T) {
+	p := mustParse(t, "version: 1\nallow:\n  - name: lower\n    hosts: [r.example]\n    mirror: npm\n    base_path: /r/npm\n  - name: upper\n    hosts: [r.example]\n    mirror: npm\n    base_path: /r/NPM\n")
+	for _, tc := range []struct{ url, rule string }{
+		{"https://r.example/r/npm/express", "lower"},
+		{"https://r.example/r/NPM/express", "upper"},
+	} {
+		tg, _ := ParseURL(tc.url)
+		if d := p.DecideRequest(&tg, "GET", "", 0); !d.Allow || d.RuleName() != tc.rule {
+			t.Errorf("GET %s = allow %v by %q (%s), want %s", tc.url, d.Allow, d.RuleName(), d.Detail, tc.rule)
+		}
+	}
+}
