@@ -49,7 +49,9 @@ func (p *Policy) routeBase(t *Target, v view, path string) (*Rule, string) {
 	}
 	p.eachTargetRule(t, consider)
 	switch {
-	case alt != nil && alt != best:
+	case alt != nil && (best == nil || len(alt.MirrorOp.BasePath) > len(best.MirrorOp.BasePath)):
+		// (an alt as long as best is a base_path that differs from it
+		// in case only: the raw bytes chose between them)
 		return nil, "path spells base_path " + alt.MirrorOp.BasePath + " another way (an escape or another case): refused, not decided by another rule"
 	case best == nil:
 		return nil, p.baseDetail(t, v)
