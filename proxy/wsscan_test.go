@@ -109,8 +109,8 @@ func FuzzWSScanner(f *testing.F) {
 			s.feed(b[:n])
 			b = b[n:]
 		}
-		if len(s.carry) > wsCarry || len(s.head) > 14 {
-			t.Fatalf("state grew: carry %d head %d", len(s.carry), len(s.head))
+		if len(s.carry) > wsCarry || len(s.head) > 14 || len(s.ctlBuf) > maxControlPayload {
+			t.Fatalf("state grew: carry %d head %d control %d", len(s.carry), len(s.head), len(s.ctlBuf))
 		}
 	})
 }
