@@ -183,3 +183,26 @@ func TestHoneytokenSNI(t *testing.T) {
 		t.Fatalf("alerts %+v", alerts)
 	}
 }
+
+// TestReadBodyUnknownCoding: a body egressd reads (a read-POST, a mirror
+// protocol read) is read in the one coding it inflates (gzip); a body
+// under any other Content-Encoding would reach the server decoded into
+// bytes no check read, so it is refused.
+func TestReadBodyUnknownCoding(t *testing.T) {
+	h := newHarnessWith(t, honeyConfig, map[string][]string{"jira.test": {"127.0.0.1"}}, nil)
+	jira := "http://jira.test:" + h.plain.port() + "/rest/api/2/search"
+	body := `{"jql":"project = X","maxResults":10}`
+	for _, tc := range []struct {
+		coding string
+		want   int
+	}{{"", 200}, {"identity", 200}, {"deflate", 403}, {"br", 403}, {"gzip, deflate", 403}, {"x-custom", 403}} {
+		hdr := map[string]string{"Content-Type": "application/json"}
+		if tc.coding != "" {
+			hdr["Content-Encoding"] = tc.coding
+		}
+		resp, text := h.do("POST", jira, strings.NewReader(body), hdr)
+		if resp == nil || resp.StatusCode != tc.want {
+			t.Errorf("Content-Encoding %q: %v %q, want %d", tc.coding, resp, text, tc.want)
+		}
+	}
+}
