@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,7 @@ func TestWSScanner(t *testing.T) {
 	reg := honeytoken.NewRegistry()
 	reg.Set("t", ts)
 	tok := ts[2].Value
+	hexTok := hex.EncodeToString([]byte(tok))
 	mask := [4]byte{0x12, 0x34, 0x56, 0x78}
 	long := strings.Repeat("x", 70000)
 	tests := []struct {
@@ -60,6 +62,8 @@ func TestWSScanner(t *testing.T) {
 		{"split across fragments around a ping", append(append(wsFrame(1, false, []byte("a "+tok[:10]), mask), wsFrame(9, true, []byte("p"), mask)...), wsFrame(0, true, []byte(tok[10:]+" b"), mask)...), true},
 		{"split across fragments around an empty pong", append(append(wsFrame(1, false, []byte(tok[:5]), mask), wsFrame(10, true, nil, mask)...), wsFrame(0, true, []byte(tok[5:]), mask)...), true},
 		{"in a ping's payload", wsFrame(9, true, []byte("ping "+tok), mask), true},
+		// an encoded form is longer than the token: the carry must hold it
+		{"hex, split across frames", append(wsFrame(1, false, []byte(hexTok[:75]), mask), wsFrame(0, true, []byte(hexTok[75:]), mask)...), true},
 	}
 	for _, tt := range tests {
 		for _, chunk := range []int{1, 3, 7, 4096, len(tt.stream)} {
