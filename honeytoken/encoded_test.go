@@ -51,6 +51,9 @@ func TestScanEncoded(t *testing.T) {
 			t.Errorf("ScanString(%q) = %s: false positive", in, got.Kind)
 		}
 	}
+	if r.MaxLen() != 2*len(ts[1].Value) { // the hex form of a 40-character token
+		t.Errorf("MaxLen() = %d, want %d", r.MaxLen(), 2*len(ts[1].Value))
+	}
 	if n := len(r.Tokens()); n != len(ts) {
 		t.Fatalf("Tokens() = %d, want %d: encoded forms are not tokens", n, len(ts))
 	}

@@ -56,6 +56,16 @@ func (r *Registry) Empty() bool {
 	return m == nil || len(m.tokens) == 0
 }
 
+// MaxLen is the length of the longest string the scan looks for (a
+// token or one of its encodings): a stream scanner that keeps the last
+// MaxLen-1 bytes of one chunk with the next finds one split between them.
+func (r *Registry) MaxLen() int {
+	if r.Empty() {
+		return 0
+	}
+	return r.m.Load().maxLen
+}
+
 // Scan returns the first honeytoken in b (ASCII case folded).
 func (r *Registry) Scan(b []byte) (Token, bool) {
 	if r.Empty() {
@@ -109,6 +119,7 @@ type matcher struct {
 	owner  []int32            // lower[i] is a form of tokens[owner[i]]
 	heads  map[uint64][]int32 // first window bytes (lower case) → patterns
 	filter [filterBits / 64]uint64
+	maxLen int // the longest pattern
 }
 
 func newMatcher(ts []Token) *matcher {
@@ -136,6 +147,7 @@ func (m *matcher) add(v string, owner int32) {
 	m.heads[w] = append(m.heads[w], int32(len(m.lower)))
 	m.lower = append(m.lower, v)
 	m.owner = append(m.owner, owner)
+	m.maxLen = max(m.maxLen, len(v))
 	h := filterHash(w)
 	m.filter[h>>6] |= 1 << (h & 63)
 }

@@ -13,9 +13,9 @@ import (
 // whose frame carried a honeytoken: the frame is not forwarded.
 var errHoneytokenFrame = errors.New("websocket frame carries a honeytoken")
 
-// wsCarry is how many payload bytes of earlier frames are kept and scanned
-// again with the next: more than any honeytoken is long, so one split
-// across frames (or reads) is still found whole.
+// wsCarry is the fewest payload bytes of earlier frames kept and scanned
+// again with the next; the registry's MaxLen raises it, so a token or an
+// encoded form of it split across frames (or reads) is still found whole.
 const wsCarry = 64
 
 // wsScanner parses the client's WebSocket frames (RFC 6455: client frames
@@ -87,7 +87,7 @@ func (s *wsScanner) feed(b []byte) (honeytoken.Token, bool) {
 		}
 	}
 	t, ok := s.reg.Scan(s.scratch)
-	keep := s.scratch[max(0, len(s.scratch)-wsCarry):]
+	keep := s.scratch[max(0, len(s.scratch)-max(wsCarry, s.reg.MaxLen())):]
 	s.carry = append(s.carry[:0], keep...)
 	return t, ok
 }

@@ -113,7 +113,7 @@ func FuzzWSScanner(f *testing.F) {
 			s.feed(b[:n])
 			b = b[n:]
 		}
-		if len(s.carry) > wsCarry || len(s.head) > 14 || len(s.ctlBuf) > maxControlPayload {
+		if len(s.carry) > max(wsCarry, reg.MaxLen()) || len(s.head) > 14 || len(s.ctlBuf) > maxControlPayload {
 			t.Fatalf("state grew: carry %d head %d control %d", len(s.carry), len(s.head), len(s.ctlBuf))
 		}
 	})
