@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"strings"
@@ -133,23 +134,8 @@ func TestWebSocketHoneytoken(t *testing.T) {
 		c.Honeytokens = reg
 		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock(); alerted <- struct{}{} }
 	})
-	port, _ := wsOrigin(t, h)
-	tc := inspectedTLS(t, h, "ws.test", port)
-	cfg, err := websocket.NewConfig("wss://ws.test:"+port+"/chat", "https://ws.test/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := websocket.NewClient(cfg, tc)
-	if err != nil {
-		t.Fatalf("handshake: %v", err)
-	}
+	ws, _ := echoedWebSocket(t, h)
 	var got string
-	if err := websocket.Message.Send(ws, "hello"); err != nil {
-		t.Fatal(err)
-	}
-	if err := websocket.Message.Receive(ws, &got); err != nil || got != "hello" {
-		t.Fatalf("echo without a canary: %q %v", got, err)
-	}
 	websocket.Message.Send(ws, "exfil "+ts[1].Value)
 	if err := websocket.Message.Receive(ws, &got); err == nil {
 		t.Fatalf("the message with a canary came back: %q", got)
@@ -179,6 +165,27 @@ func TestWebSocketExtensionFrameRefused(t *testing.T) {
 	reg := honeytoken.NewRegistry()
 	reg.Set("t", ts)
 	h := newHarnessWith(t, wsConfig, wsNames, func(c *Config) { c.Honeytokens = reg })
+	ws, tc := echoedWebSocket(t, h)
+	var got string
+	f := wsFrame(1, true, []byte("deflated?"), [4]byte{9, 8, 7, 6})
+	f[0] |= 0x40 // RSV1: permessage-deflate
+	if _, err := tc.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := websocket.Message.Receive(ws, &got); err == nil {
+		t.Fatalf("the RSV1 frame came back: %q", got)
+	}
+	line := waitLog(t, h, "RSV bits")
+	if !strings.Contains(line, `"reason":"upgrade"`) {
+		t.Fatalf("log line: %s", line)
+	}
+}
+
+// echoedWebSocket opens a WebSocket to the echo origin through an
+// inspected tunnel of h and checks that a plain message echoes; it
+// returns the client and the TLS connection under it.
+func echoedWebSocket(t *testing.T, h *harness) (*websocket.Conn, *tls.Conn) {
+	t.Helper()
 	port, _ := wsOrigin(t, h)
 	tc := inspectedTLS(t, h, "ws.test", port)
 	cfg, err := websocket.NewConfig("wss://ws.test:"+port+"/chat", "https://ws.test/")
@@ -194,18 +201,7 @@ func TestWebSocketExtensionFrameRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := websocket.Message.Receive(ws, &got); err != nil || got != "hello" {
-		t.Fatalf("echo of a plain frame: %q %v", got, err)
+		t.Fatalf("echo without a canary: %q %v", got, err)
 	}
-	f := wsFrame(1, true, []byte("deflated?"), [4]byte{9, 8, 7, 6})
-	f[0] |= 0x40 // RSV1: permessage-deflate
-	if _, err := tc.Write(f); err != nil {
-		t.Fatal(err)
-	}
-	if err := websocket.Message.Receive(ws, &got); err == nil {
-		t.Fatalf("the RSV1 frame came back: %q", got)
-	}
-	line := waitLog(t, h, "RSV bits")
-	if !strings.Contains(line, `"reason":"upgrade"`) {
-		t.Fatalf("log line: %s", line)
-	}
+	return ws, tc
 }
