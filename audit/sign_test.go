@@ -196,20 +196,23 @@ func TestCheckpointInterval(t *testing.T) {
 	}
 }
 
+// signedSession appends one session of two decisions to the log at path.
+func signedSession(t *testing.T, path string, o *SignOptions) {
+	t.Helper()
+	s, err := OpenWith(path, Options{Sign: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDecisions(slog.New(s.Handler(nil)), 0, 2)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSignedResumeAndRotation(t *testing.T) {
 	a, b := testKey(t), testKey(t)
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	session := func(o *SignOptions) {
-		t.Helper()
-		s, err := OpenWith(path, Options{Sign: o})
-		if err != nil {
-			t.Fatal(err)
-		}
-		logDecisions(slog.New(s.Handler(nil)), 0, 2)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	session := func(o *SignOptions) { t.Helper(); signedSession(t, path, o) }
 	session(&SignOptions{Key: a})
 	session(&SignOptions{Key: b, Previous: a}) // rotates: announced in a checkpoint a signs
 	session(&SignOptions{Key: b, Previous: a}) // already rotated: b only
@@ -327,5 +330,46 @@ func BenchmarkHandlerSigned(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		logDecisions(log, 0, 1)
+	}
+}
+
+// TestVerifyFinalKeyAfterRotation: someone holding the retired key (the
+// reason to rotate) cuts the log back to before the rotation and appends
+// sessions signed by the old key alone. Verified from the old key, that
+// log is consistent; FinalKey (the key the log must end with) refuses it.
+func TestVerifyFinalKeyAfterRotation(t *testing.T) {
+	a, b := testKey(t), testKey(t)
+	dir := t.TempDir()
+	session := func(path string, o *SignOptions) { t.Helper(); signedSession(t, path, o) }
+	real := filepath.Join(dir, "audit.jsonl")
+	session(real, &SignOptions{Key: a})
+	before, err := os.ReadFile(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	session(real, &SignOptions{Key: b, Previous: a}) // the rotation
+	session(real, &SignOptions{Key: b})
+	forged := filepath.Join(dir, "forged.jsonl")
+	if err := os.WriteFile(forged, before, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	session(forged, &SignOptions{Key: a}) // the leaked old key writes on
+	read := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if _, err := Verify(bytes.NewReader(read(real)), VerifyOptions{Key: pubOf(a), FinalKey: pubOf(b)}); err != nil {
+		t.Fatalf("the real log, from a to b: %v", err)
+	}
+	_, err = Verify(bytes.NewReader(read(forged)), VerifyOptions{Key: pubOf(a), FinalKey: pubOf(b)})
+	var te *TamperError
+	if !errors.As(err, &te) || te.Kind != Unsigned {
+		t.Fatalf("a log cut back before the rotation and continued with the old key: %v, want tampered (unsigned)", err)
+	}
+	if _, err := Verify(bytes.NewReader(read(real)), VerifyOptions{Key: pubOf(a), FinalKey: pubOf(a)}); !errors.Is(err, ErrTampered) {
+		t.Fatalf("the real log does not end with key a: %v", err)
 	}
 }

@@ -96,6 +96,11 @@ type VerifyOptions struct {
 	// Key, or a key it announced, signed. With Live, lines after the last
 	// checkpoint are reported (Report.UnsignedFrom) rather than refused.
 	Key ed25519.PublicKey
+	// FinalKey is the key the log must end signed with (the current
+	// audit.pub after a rotation, Key the first one): without it, whoever
+	// holds a retired key can cut the log back to before the rotation and
+	// sign a continuation. Alone, it is Key too (no rotation expected).
+	FinalKey ed25519.PublicKey
 }
 
 // Report describes a log that verified.
@@ -212,9 +217,9 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		prevSeq  uint64
 		prevHash [32]byte
 		prevKind string
-		bad      *badLine            // a malformed line awaiting its recover record
-		sealed   bool                // the last line other than a checkpoint is a seal
-		kr       = newKeyring(o.Key) // nil without a key
+		bad      *badLine                        // a malformed line awaiting its recover record
+		sealed   bool                            // the last line other than a checkpoint is a seal
+		kr       = newKeyring(o.Key, o.FinalKey) // nil without a key
 	)
 	fail := func(line int, k Kind, format string, args ...any) (Report, error) {
 		return rep, &TamperError{Line: line, Kind: k, Detail: fmt.Sprintf(format, args...)}
@@ -431,13 +436,23 @@ type keyring struct {
 	curID   string
 	ids     []string
 	retired map[string]bool
+	finalID string // the key the log must end with; "" any
 }
 
-func newKeyring(pub ed25519.PublicKey) *keyring {
+// newKeyring starts at pub (final when pub is nil: no rotation expected);
+// nil without either.
+func newKeyring(pub, final ed25519.PublicKey) *keyring {
+	if pub == nil {
+		pub = final
+	}
 	if pub == nil {
 		return nil
 	}
-	return &keyring{cur: pub, curID: KeyID(pub), ids: []string{KeyID(pub)}, retired: map[string]bool{}}
+	kr := &keyring{cur: pub, curID: KeyID(pub), ids: []string{KeyID(pub)}, retired: map[string]bool{}}
+	if final != nil {
+		kr.finalID = KeyID(final)
+	}
+	return kr
 }
 
 // afterLine checks a checkpoint line (kind) and returns whether the log
@@ -493,14 +508,17 @@ func checkCheckpoint(line []byte, n int, prevKind string, kr *keyring, rep *Repo
 	return nil
 }
 
-// finish checks, with a key (kr not nil), that signatures cover the whole
-// log: a closed log must end covered; a live one's unsigned tail is
-// reported.
+// finish checks, with a key (kr not nil), that the log ends with the
+// final key, if one was given, and that signatures cover the whole log: a
+// closed log must end covered; a live one's unsigned tail is reported.
 func (kr *keyring) finish(rep *Report, live bool) *TamperError {
 	if kr == nil {
 		return nil
 	}
 	rep.KeyIDs = kr.ids
+	if kr.finalID != "" && kr.curID != kr.finalID {
+		return tamper(max(1, rep.SignedLines), Unsigned, "the log ends signed by key %s, not by the final key %s: it was cut back to before a rotation and continued with a retired key, or the final key given is not the current one", kr.curID, kr.finalID)
+	}
 	if rep.SignedLines >= rep.Lines {
 		return nil
 	}

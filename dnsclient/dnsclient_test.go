@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,4 +164,51 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("accepted an answer to %q", resp.Question[0].Name)
 		}
 	})
+}
+
+// TestExchangeRedTeam: what a hostile or broken upstream might send. A
+// reply with another ID before the real one is skipped (UDP); an answer
+// truncated over TCP too is asked once more, never in a loop; an answer
+// to another question is refused whatever it holds.
+func TestExchangeRedTeam(t *testing.T) {
+	t.Parallel()
+	a := func(name string) dns.RR {
+		return &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(127, 0, 0, 1)}
+	}
+	var tcpAsked atomic.Int32
+	up := serve(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		switch _, udp := w.RemoteAddr().(*net.UDPAddr); {
+		case r.Question[0].Name == "spoof.test." && udp:
+			bad := m.Copy()
+			bad.Id = r.Id + 1
+			bad.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "spoof.test.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(169, 254, 169, 254)}}
+			w.WriteMsg(bad)
+			m.Answer = []dns.RR{a("spoof.test.")}
+		case r.Question[0].Name == "tc.test.":
+			if !udp {
+				tcpAsked.Add(1)
+			}
+			m.Truncated = true
+		case r.Question[0].Name == "other.test.":
+			m.Question[0].Name = "allowed.test."
+			m.Answer = []dns.RR{a("allowed.test.")}
+		}
+		w.WriteMsg(m)
+	})
+	c := &Client{Timeout: time.Second}
+	resp, _, err := c.Exchange(context.Background(), up, NewQuery("spoof.test.", dns.TypeA))
+	if err != nil || len(resp.Answer) != 1 || !resp.Answer[0].(*dns.A).A.Equal(net.IPv4(127, 0, 0, 1)) {
+		t.Errorf("a wrong-ID reply first: %v, %v; want the real answer", resp, err)
+	}
+	if _, _, err := c.Exchange(context.Background(), up, NewQuery("tc.test.", dns.TypeA)); err != nil {
+		t.Errorf("truncated over TCP too: %v", err)
+	}
+	if n := tcpAsked.Load(); n != 1 {
+		t.Errorf("asked over TCP %d times, want 1", n)
+	}
+	if resp, _, err := c.Exchange(context.Background(), up, NewQuery("other.test.", dns.TypeA)); err == nil {
+		t.Errorf("an answer to another question taken: %v", resp)
+	}
 }

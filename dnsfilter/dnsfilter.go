@@ -299,7 +299,7 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 		s.deny(w, r, e, bad)
 		return
 	}
-	if t, ok := s.honey.ScanString(name); ok {
+	if t, ok := s.honey.ScanName(name); ok {
 		// before any rule: a canary in a name is refused whatever allows it
 		e.honey = &t
 		s.deny(w, r, e, policy.ReasonHoneytoken.String())

@@ -14,16 +14,9 @@ import (
 // upstream, and is reported with the identity; the same query without it
 // is answered.
 func TestHoneytokenName(t *testing.T) {
-	f := newFixture(t, 1000)
-	ts, err := honeytoken.Issue("sandbox-9")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := honeytoken.NewRegistry()
-	reg.Set("run", ts)
+	f, ts := honeyFixture(t)
 	type hit struct{ identity, name, kind, of string }
 	var hits []hit
-	f.s.honey = reg
 	f.s.onHoney = func(identity, name string, tk honeytoken.Token) {
 		hits = append(hits, hit{identity, name, string(tk.Kind), tk.Identity})
 	}
@@ -53,4 +46,36 @@ func TestHoneytokenName(t *testing.T) {
 	if !found {
 		t.Fatal("no dns query line names the honeytoken")
 	}
+}
+
+// TestHoneytokenNameSplit: a canary split over labels reaches the zone's
+// server whole (it joins the labels): NXDOMAIN, never upstream.
+func TestHoneytokenNameSplit(t *testing.T) {
+	f, ts := honeyFixture(t)
+	v := strings.ToLower(ts[0].Value)
+	name := v[:6] + "." + v[6:13] + "." + v[13:] + ".wild.test."
+	f.up.set(t, name, dns.TypeA, name+" 60 IN A "+good4)
+	if r := f.ask(t, agent, name, dns.TypeA); r.Rcode != dns.RcodeNameError {
+		t.Fatalf("canary split over labels: rcode %s, want NXDOMAIN", dns.RcodeToString[r.Rcode])
+	}
+	for _, q := range f.up.queries() {
+		if strings.Contains(q.name, v[6:13]) {
+			t.Fatalf("the split canary reached the upstream: %+v", q)
+		}
+	}
+}
+
+// honeyFixture is a filter fixture watching one fresh set of canaries
+// issued to sandbox-9.
+func honeyFixture(t *testing.T) (*fixture, []honeytoken.Token) {
+	t.Helper()
+	f := newFixture(t, 1000)
+	ts, err := honeytoken.Issue("sandbox-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := honeytoken.NewRegistry()
+	reg.Set("run", ts)
+	f.s.honey = reg
+	return f, ts
 }

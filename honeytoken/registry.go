@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,16 @@ func (r *Registry) Empty() bool {
 	return m == nil || len(m.tokens) == 0
 }
 
+// MaxLen is the length of the longest string the scan looks for (a
+// token or one of its encodings): a stream scanner that keeps the last
+// MaxLen-1 bytes of one chunk with the next finds one split between them.
+func (r *Registry) MaxLen() int {
+	if r.Empty() {
+		return 0
+	}
+	return r.m.Load().maxLen
+}
+
 // Scan returns the first honeytoken in b (ASCII case folded).
 func (r *Registry) Scan(b []byte) (Token, bool) {
 	if r.Empty() {
@@ -104,9 +115,11 @@ const filterBits = 1 << 16
 // matcher is an immutable scan structure over a token set.
 type matcher struct {
 	tokens []Token
-	lower  []string           // tokens' values, ASCII lower case
-	heads  map[uint64][]int32 // first window bytes (lower case) → tokens
+	lower  []string           // patterns: each token's forms, ASCII lower case
+	owner  []int32            // lower[i] is a form of tokens[owner[i]]
+	heads  map[uint64][]int32 // first window bytes (lower case) → patterns
 	filter [filterBits / 64]uint64
+	maxLen int // the longest pattern
 }
 
 func newMatcher(ts []Token) *matcher {
@@ -115,18 +128,28 @@ func newMatcher(ts []Token) *matcher {
 		if len(t.Value) < window {
 			continue // never issued; a short value would match too much
 		}
-		v := strings.ToLower(t.Value)
-		var w uint64
-		for i := 0; i < window; i++ {
-			w = w<<8 | uint64(v[i])
-		}
-		m.heads[w] = append(m.heads[w], int32(len(m.tokens)))
 		m.tokens = append(m.tokens, t)
-		m.lower = append(m.lower, v)
-		h := filterHash(w)
-		m.filter[h>>6] |= 1 << (h & 63)
+		for _, f := range forms(t.Value) {
+			m.add(strings.ToLower(f), int32(len(m.tokens)-1))
+		}
 	}
 	return m
+}
+
+func (m *matcher) add(v string, owner int32) {
+	if len(v) < window || slices.Contains(m.lower, v) {
+		return
+	}
+	var w uint64
+	for i := 0; i < window; i++ {
+		w = w<<8 | uint64(v[i])
+	}
+	m.heads[w] = append(m.heads[w], int32(len(m.lower)))
+	m.lower = append(m.lower, v)
+	m.owner = append(m.owner, owner)
+	m.maxLen = max(m.maxLen, len(v))
+	h := filterHash(w)
+	m.filter[h>>6] |= 1 << (h & 63)
 }
 
 func filterHash(w uint64) uint64 { return (w * 0x9E3779B97F4A7C15) >> (64 - 16) }
@@ -148,10 +171,10 @@ func scan[T string | []byte](m *matcher, b T) (Token, bool) {
 			continue
 		}
 		start := i - (window - 1)
-		for _, ti := range m.heads[w] {
-			v := m.lower[ti]
+		for _, pi := range m.heads[w] {
+			v := m.lower[pi]
 			if len(b)-start >= len(v) && equalFoldASCII(b[start:start+len(v)], v) {
-				return m.tokens[ti], true
+				return m.tokens[m.owner[pi]], true
 			}
 		}
 	}
@@ -173,4 +196,63 @@ func equalFoldASCII[T string | []byte](b T, lower string) bool {
 		}
 	}
 	return true
+}
+
+// maxUnescape bounds how many layers of percent-encoding ScanEscaped
+// peels (a server decodes once; a chain of proxies and frameworks may
+// decode again).
+const maxUnescape = 3
+
+// ScanEscaped is ScanString that also looks through percent-escapes (any
+// case, some bytes or all, up to maxUnescape layers; a malformed escape is
+// kept as it is): a URL path, query or header value is decoded by the
+// server, so "%41KIA..." reaches it as the token.
+func (r *Registry) ScanEscaped(s string) (Token, bool) {
+	if r.Empty() {
+		return Token{}, false
+	}
+	m := r.m.Load()
+	for range maxUnescape + 1 {
+		if t, ok := scan(m, s); ok {
+			return t, true
+		}
+		d, changed := unescapeLax(s)
+		if !changed {
+			break
+		}
+		s = d
+	}
+	return Token{}, false
+}
+
+// unescapeLax decodes every well-formed %XX in s once.
+func unescapeLax(s string) (string, bool) {
+	if strings.IndexByte(s, '%') < 0 {
+		return s, false
+	}
+	b := make([]byte, 0, len(s))
+	changed := false
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if d, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(d))
+				i += 2
+				changed = true
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b), changed
+}
+
+// ScanName is ScanString for a DNS name, which also looks at the name with
+// its dots removed: a token split over labels ("akia1234.5678abcd...")
+// reaches the zone's server whole. Tokens hold no dot, so nothing else
+// matches that did not before.
+func (r *Registry) ScanName(name string) (Token, bool) {
+	if t, ok := r.ScanString(name); ok || strings.IndexByte(name, '.') < 0 {
+		return t, ok
+	}
+	return r.ScanString(strings.ReplaceAll(name, ".", ""))
 }

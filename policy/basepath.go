@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"iter"
+	"net/url"
 	"strings"
 
 	"github.com/egressd/egressd/policy/classify"
@@ -17,23 +18,56 @@ import (
 // them (the product's UI, login, admin and REST API) is denied.
 
 // routeBase returns the rule among those covering the target (in view v)
-// whose base_path holds path, or nil when none does.
-func (p *Policy) routeBase(t *Target, v view, path string) *Rule {
-	best := (*Rule)(nil)
+// whose base_path holds path, byte for byte; or nil and why when none
+// does, or when the path read as a server may read it (escapes decoded,
+// case folded) lies under a longer base_path than its raw bytes do: such
+// a path ("…/npm-remot%65/auth", "…/NPM-REMOTE/auth" under a generic
+// base_path /) would reach the longer rule's repository under the looser
+// rule's grammar.
+func (p *Policy) routeBase(t *Target, v view, path string) (*Rule, string) {
+	loose := path
+	if strings.IndexByte(path, '%') >= 0 {
+		if d, err := url.PathUnescape(path); err == nil {
+			loose = d // a malformed escape: the grammar refuses it
+		}
+	}
+	var best, alt *Rule
+	better := func(r, than *Rule) bool {
+		return than == nil || len(r.MirrorOp.BasePath) > len(than.MirrorOp.BasePath) ||
+			len(r.MirrorOp.BasePath) == len(than.MirrorOp.BasePath) && r.Index < than.Index
+	}
 	consider := func(r *Rule) {
 		if r.MirrorOp.BasePath == "" || !v.sees(r) || !r.AllowsPort(t.Port) {
 			return
 		}
-		if _, ok := classify.UnderBasePath(r.MirrorOp.BasePath, path); !ok {
-			return
-		}
-		if best == nil || len(r.MirrorOp.BasePath) > len(best.MirrorOp.BasePath) ||
-			len(r.MirrorOp.BasePath) == len(best.MirrorOp.BasePath) && r.Index < best.Index {
+		if _, ok := classify.UnderBasePath(r.MirrorOp.BasePath, path); ok && better(r, best) {
 			best = r
+		}
+		if underBaseFold(r.MirrorOp.BasePath, loose) && better(r, alt) {
+			alt = r
 		}
 	}
 	p.eachTargetRule(t, consider)
-	return best
+	switch {
+	case alt != nil && (best == nil || len(alt.MirrorOp.BasePath) > len(best.MirrorOp.BasePath)):
+		// (an alt as long as best is a base_path that differs from it
+		// in case only: the raw bytes chose between them)
+		return nil, "path spells base_path " + alt.MirrorOp.BasePath + " another way (an escape or another case): refused, not decided by another rule"
+	case best == nil:
+		return nil, p.baseDetail(t, v)
+	}
+	return best, ""
+}
+
+// underBaseFold reports whether path lies under base, ASCII case folded.
+func underBaseFold(base, path string) bool {
+	switch {
+	case base == "/":
+		return strings.HasPrefix(path, "/")
+	case len(path) < len(base) || !strings.EqualFold(path[:len(base)], base):
+		return false
+	}
+	return len(path) == len(base) || path[len(base)] == '/'
 }
 
 // eachTargetRule calls fn with every rule that covers the target's name,

@@ -174,3 +174,204 @@ func BenchmarkDecideBasePath(b *testing.B) {
 		})
 	}
 }
+
+// nestedBaseConfig: a host whose root is a plain file server (generic,
+// base_path /) with an npm repository under it; the npm rule's grammar
+// refuses what the generic one would allow (Artifactory's /auth returns
+// the caller's credentials).
+const nestedBaseConfig = `version: 1
+allow:
+  - name: files
+    hosts: [repo.example.com]
+    mirror: generic
+    base_path: /
+  - name: art-npm
+    hosts: [repo.example.com]
+    mirror: npm
+    base_path: /artifactory/api/npm/npm-remote
+`
+
+// TestBasePathSpelledOtherwise: a path that the server reads as under a
+// longer base_path, spelled so the raw bytes are not (an escape, another
+// case), must not be decided by the shorter, looser rule.
+func TestBasePathSpelledOtherwise(t *testing.T) {
+	p := mustParse(t, nestedBaseConfig)
+	for _, tc := range []struct {
+		url   string
+		allow bool
+	}{
+		{"https://repo.example.com/artifactory/api/npm/npm-remote/auth", false},
+		{"https://repo.example.com/artifactory/api/npm/npm-remot%65/auth", false},
+		{"https://repo.example.com/artifactory/api/npm/npm%2Dremote/auth", false},
+		{"https://repo.example.com/%61rtifactory/api/npm/npm-remote/auth", false},
+		{"https://repo.example.com/artifactory/api/npm/NPM-REMOTE/auth", false},
+		{"https://repo.example.com/Artifactory/api/npm/npm-remote/auth", false},
+		// still allowed: the files the generic rule serves, the npm reads
+		{"https://repo.example.com/artifactory/api/npm/npm-remote/express", true},
+		{"https://repo.example.com/downloads/tool-1.0.tar.gz", true},
+		{"https://repo.example.com/downloads/Tool%2B1.0.tar.gz", true},
+		{"https://repo.example.com/artifactory/api/npm/npm-remote-2/x", true},
+	} {
+		tg, err := ParseURL(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := p.DecideRequest(&tg, "GET", "", 0); d.Allow != tc.allow {
+			t.Errorf("GET %s = allow %v by %q (%s), want %v", tc.url, d.Allow, d.RuleName(), d.Detail, tc.allow)
+		}
+	}
+}
+
+// redTeamConfig: the products of docs/MIRRORS.md on their hosts, each
+// repository its own rule.
+const redTeamConfig = `version: 1
+allow:
+  - name: art-pypi
+    hosts: [art.example.com]
+    mirror: pypi
+    base_path: /artifactory/api/pypi/pypi-remote
+  - name: art-npm
+    hosts: [art.example.com]
+    mirror: npm
+    base_path: /artifactory/api/npm/npm-remote
+  - name: nexus-npm
+    hosts: [nexus.example.com]
+    mirror: npm
+    base_path: /repository/npm
+  - name: nexus-go
+    hosts: [nexus.example.com]
+    mirror: goproxy
+    base_path: /repository/go-proxy
+  - name: devpi
+    hosts: [devpi.example.com]
+    mirror: pypi
+    base_path: /root/pypi
+  - name: gitlab-pypi
+    hosts: [gitlab.example.com]
+    mirror: pypi
+    base_path: /api/v4/projects/42/packages/pypi
+`
+
+// TestBasePathAttacks: the prefix confusions, writes and admin calls an
+// agent would try on a repository manager's host; every one is denied.
+func TestBasePathAttacks(t *testing.T) {
+	p := mustParse(t, redTeamConfig)
+	const art = "https://art.example.com/artifactory/api/pypi/pypi-remote"
+	for _, tc := range []struct{ method, url string }{
+		// dot-segments, escaped or not, climbing out of the prefix
+		{"GET", art + "/../../../ui/login"},
+		{"GET", art + "/%2e%2e/%2e%2e/%2e%2e/ui/login"},
+		{"GET", art + "/%2E%2E/%2E%2E/api/security/token"},
+		{"GET", art + "/.%2e/.%2e/x"},
+		{"GET", art + "/%252e%252e/x"},
+		{"GET", art + "/./simple/requests/"},
+		// escaped and doubled slashes, backslashes, ';' parameters
+		{"GET", art + "%2f..%2f..%2fui/login"},
+		{"GET", art + "/simple%2f..%2f..%2fx"},
+		{"GET", art + "/simple%5c..%5cx"},
+		{"GET", art + "//simple/requests/"},
+		{"GET", art + "/simple//requests/"},
+		{"GET", art + "/..;/..;/ui/login"},
+		{"GET", art + ";x=1/simple/requests/"},
+		{"GET", art + "/simple;/requests/"},
+		{"GET", art + "/simple/requests/%00"},
+		// a string prefix that is not a path prefix, case, trailing slash
+		{"GET", "https://nexus.example.com/repository/npm-private/secret-pkg"},
+		{"GET", "https://nexus.example.com/repository/npmx/express"},
+		{"GET", "https://nexus.example.com/Repository/npm/express"},
+		{"GET", "https://nexus.example.com/repository/NPM/express"},
+		{"GET", "https://nexus.example.com/repository/npm/express/"},
+		{"GET", "https://nexus.example.com/repository/"},
+		{"GET", "https://nexus.example.com/repository/npm"},
+		// writes by method, under the prefix
+		{"PUT", "https://nexus.example.com/repository/npm/express"},
+		{"POST", "https://nexus.example.com/repository/npm/express"},
+		{"DELETE", "https://nexus.example.com/repository/npm/express/-rev/1-abc"},
+		{"PATCH", "https://nexus.example.com/repository/npm/express"},
+		{"MKCOL", "https://nexus.example.com/repository/npm/newdir"},
+		{"PROPFIND", "https://nexus.example.com/repository/npm/"},
+		{"get", "https://nexus.example.com/repository/npm/express"},
+		{"PUT", "https://nexus.example.com/repository/go-proxy/example.com/m/@v/v1.0.0.zip"},
+		{"POST", art},
+		{"POST", art + "/"},
+		// queries carrying writes or data
+		{"GET", "https://nexus.example.com/repository/npm/express?write=true"},
+		{"GET", "https://nexus.example.com/repository/npm/express?data=exfil"},
+		{"GET", art + "/simple/requests/?x=1"},
+		{"GET", "https://nexus.example.com/repository/npm/-/v1/search?text=a&secret=x"},
+		{"GET", "https://nexus.example.com/repository/npm/-/v1/search?text=a&text=b"},
+		{"GET", "https://nexus.example.com/repository/npm/-/ping?data=exfil"},
+		{"GET", "https://nexus.example.com/repository/npm/-/npm/v1/attestations/express@free-text"},
+		{"GET", "https://nexus.example.com/repository/npm/-/npm/v1/keys/extra"},
+		// the products' own write and admin APIs
+		{"GET", "https://art.example.com/artifactory/api/npm/npm-remote/auth"},
+		{"GET", "https://art.example.com/artifactory/api/npm/npm-remote/auth/scope"},
+		{"PUT", "https://art.example.com/artifactory/api/npm/npm-remote/-/user/org.couchdb.user:x"},
+		{"POST", "https://art.example.com/artifactory/api/npm/npm-remote/-/npm/v1/security/audits/quick"},
+		{"GET", "https://art.example.com/artifactory/api/security/apiKey"},
+		{"PUT", "https://art.example.com/artifactory/libs-release-local/x.jar"},
+		{"GET", "https://nexus.example.com/service/rest/v1/repositories"},
+		{"GET", "https://nexus.example.com/repository/npm/-/whoami"},
+		{"POST", "https://devpi.example.com/+login"},
+		{"POST", "https://devpi.example.com/root/pypi/"},
+		{"POST", "https://devpi.example.com/root/pypi"},
+		{"PUT", "https://devpi.example.com/root/pypi"},
+		{"PATCH", "https://devpi.example.com/root/pypi"},
+		{"GET", "https://devpi.example.com/+api"},
+		{"GET", "https://devpi.example.com/root/pypi/+api"},
+		{"GET", "https://devpi.example.com/root/pypi/requests"},
+		{"POST", "https://gitlab.example.com/api/v4/projects/42/packages/pypi"},
+		{"PUT", "https://gitlab.example.com/api/v4/projects/42/packages/pypi/files/x.whl"},
+		{"GET", "https://gitlab.example.com/api/v4/projects/42/packages/pypi/../../../../user"},
+		{"GET", "https://gitlab.example.com/api/v4/projects/42/variables"},
+		{"GET", "https://gitlab.example.com/api/v4/projects/43/packages/pypi/simple/requests"},
+		// go @<hash>: hex only, 7 to 40 digits, .info only
+		{"GET", "https://nexus.example.com/repository/go-proxy/example.com/m/@v/deadbee.mod"},
+		{"GET", "https://nexus.example.com/repository/go-proxy/example.com/m/@v/deadbeeg.info"},
+		{"GET", "https://nexus.example.com/repository/go-proxy/example.com/m/@v/DEADBEEF.info"},
+		{"GET", "https://nexus.example.com/repository/go-proxy/example.com/m/@v/dead.info"},
+		{"GET", "https://nexus.example.com/repository/go-proxy/example.com/m/@v/" + strings.Repeat("a", 41) + ".info"},
+		{"GET", "https://nexus.example.com/repository/go-proxy/example.com/m/@v/master.info"},
+	} {
+		tg, err := ParseURL(tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		if d := p.DecideRequest(&tg, tc.method, "", 0); d.Allow {
+			t.Errorf("%s %s allowed by %q", tc.method, tc.url, d.RuleName())
+		}
+	}
+	// the controls: the same rules allow their downloads
+	for _, u := range []string{
+		art + "/simple/requests/",
+		"https://nexus.example.com/repository/npm/express",
+		"https://nexus.example.com/repository/npm/@types%2fnode",
+		"https://nexus.example.com/repository/go-proxy/example.com/m/@v/deadbeef.info",
+		"https://nexus.example.com/repository/go-proxy/example.com/m/@v/" + strings.Repeat("a", 40) + ".info",
+		"https://devpi.example.com/root/pypi/+simple/requests/",
+		"https://gitlab.example.com/api/v4/projects/42/packages/pypi/simple/requests",
+	} {
+		tg, err := ParseURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := p.DecideRequest(&tg, "GET", "", 0); !d.Allow {
+			t.Errorf("control GET %s denied: %s %s", u, d.Reason, d.Detail)
+		}
+	}
+}
+
+// TestBasePathCaseTwins: two base_paths that differ only in case are two
+// repositories; each request spelled exactly as one is routed to it.
+func TestBasePathCaseTwins(t *testing.T) {
+	p := mustParse(t, "version: 1\nallow:\n  - name: lower\n    hosts: [r.example]\n    mirror: npm\n    base_path: /r/npm\n  - name: upper\n    hosts: [r.example]\n    mirror: npm\n    base_path: /r/NPM\n")
+	for _, tc := range []struct{ url, rule string }{
+		{"https://r.example/r/npm/express", "lower"},
+		{"https://r.example/r/NPM/express", "upper"},
+	} {
+		tg, _ := ParseURL(tc.url)
+		if d := p.DecideRequest(&tg, "GET", "", 0); !d.Allow || d.RuleName() != tc.rule {
+			t.Errorf("GET %s = allow %v by %q (%s), want %s", tc.url, d.Allow, d.RuleName(), d.Detail, tc.rule)
+		}
+	}
+}

@@ -17,17 +17,6 @@ import (
 // field's own type; yaml.v3's message text is read only for what has no
 // node (a syntax error's line) or what the walk does not know.
 
-// knownKeys lists the config keys of a raw section type.
-func knownKeys(t reflect.Type) []string {
-	var keys []string
-	for i := range t.NumField() {
-		if k, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); k != "" {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
-
 // suggest returns the known key closest to key (a typo of at most two
 // edits, or one that differs only in case, '-' or '_'), or "".
 func suggest(key string, known []string) string {

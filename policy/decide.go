@@ -281,8 +281,9 @@ func (p *Policy) DecideRequestAs(t *Target, identity, method, contentType string
 	d.Inspect = false
 	r := d.Rule
 	if r.MirrorOp.BasePath != "" {
-		if r = p.routeBase(t, p.viewOf(identity), t.Path); r == nil {
-			d.Detail = p.baseDetail(t, p.viewOf(identity))
+		var why string
+		if r, why = p.routeBase(t, p.viewOf(identity), t.Path); r == nil {
+			d.Detail = why
 			return deny(d, ReasonMirror)
 		}
 		d.Rule = r

@@ -31,14 +31,18 @@ func (rq *request) honeyAttrs() []slog.Attr {
 
 // honeyInRequest looks for a honeytoken in what the proxy sees of a
 // request before its body: the path, the query, the Host and every header
-// (Basic credentials decoded).
+// (Basic credentials decoded), each also percent-decoded: the server
+// decodes "%41KIA..." to the token.
 func (x *Proxy) honeyInRequest(r *http.Request, rq *request) *honeyHit {
 	reg := x.honey
 	if reg.Empty() {
 		return nil
 	}
-	for _, part := range []struct{ where, s string }{{"host", rq.target.Host()}, {"path", rq.target.Path}, {"query", rq.target.Query}, {"host header", r.Host}} {
-		if t, ok := reg.ScanString(part.s); ok {
+	if h := x.honeyInName(rq, "host"); h != nil {
+		return h
+	}
+	for _, part := range []struct{ where, s string }{{"path", rq.target.Path}, {"query", rq.target.Query}, {"host header", r.Host}} {
+		if t, ok := reg.ScanEscaped(part.s); ok {
 			return &honeyHit{t, part.where}
 		}
 	}
@@ -47,15 +51,19 @@ func (x *Proxy) honeyInRequest(r *http.Request, rq *request) *honeyHit {
 			if t, ok := reg.ScanHeader(name, v); ok {
 				return &honeyHit{t, "header " + name}
 			}
+			if t, ok := reg.ScanEscaped(v); ok { // a cookie or form value
+				return &honeyHit{t, "header " + name}
+			}
 		}
 	}
 	return nil
 }
 
 // honeyInName looks for a honeytoken in a target name (CONNECT
-// authority, transparent SNI); where says which.
+// authority, transparent SNI, a request's host), also with the dots
+// removed (a token split over labels); where says which.
 func (x *Proxy) honeyInName(rq *request, where string) *honeyHit {
-	if t, ok := x.honey.ScanString(rq.target.Host()); ok {
+	if t, ok := x.honey.ScanName(rq.target.Host()); ok {
 		return &honeyHit{t, where}
 	}
 	return nil

@@ -76,6 +76,12 @@ func TestHoneytokenRefused(t *testing.T) {
 		{"read-POST json body", "POST", jira, `{"jql":"project = X AND text ~ \"` + secret + `\"","maxResults":10}`, map[string]string{"Content-Type": "application/json"}, "aws-secret-access-key", "body"},
 		{"read-POST json body without it", "POST", jira, `{"jql":"project = X","maxResults":10}`, map[string]string{"Content-Type": "application/json"}, "", ""},
 		{"host under a wildcard, lower case", "GET", "http://" + strings.ToLower(aws) + ".wild.test:" + port + "/", "", nil, "aws-access-key-id", "host"},
+		{"query, percent-escaped", "GET", base + "/search?key=%" + fmt.Sprintf("%02x", aws[0]) + aws[1:], "", nil, "aws-access-key-id", "query"},
+		{"query, double-escaped", "GET", base + "/search?key=%25" + fmt.Sprintf("%02X", aws[0]) + aws[1:], "", nil, "aws-access-key-id", "query"},
+		{"path, percent-escaped", "GET", base + "/u/%" + fmt.Sprintf("%02X", gh[0]) + gh[1:], "", nil, "github-token", "path"},
+		{"cookie, percent-escaped", "GET", base + "/", "", map[string]string{"Cookie": "s=%" + fmt.Sprintf("%02x", api[0]) + api[1:]}, "api-key", "header Cookie"},
+		{"query, base64", "GET", base + "/search?d=" + b64("key="+secret), "", nil, "aws-secret-access-key", "query"},
+		{"host, split over labels", "GET", "http://" + strings.ToLower(aws[:9]+"."+aws[9:]) + ".wild.test:" + port + "/", "", nil, "aws-access-key-id", "host"},
 		{"denied host: still honeytoken", "GET", "http://unlisted.test:" + port + "/?k=" + api, "", nil, "api-key", "query"},
 	}
 	for _, tt := range tests {
@@ -175,5 +181,28 @@ func TestHoneytokenSNI(t *testing.T) {
 	defer mu.Unlock()
 	if len(alerts) != 1 || alerts[0].Where != "sni" || alerts[0].HoneytokenOf != "sandbox-8" {
 		t.Fatalf("alerts %+v", alerts)
+	}
+}
+
+// TestReadBodyUnknownCoding: a body egressd reads (a read-POST, a mirror
+// protocol read) is read in the one coding it inflates (gzip); a body
+// under any other Content-Encoding would reach the server decoded into
+// bytes no check read, so it is refused.
+func TestReadBodyUnknownCoding(t *testing.T) {
+	h := newHarnessWith(t, honeyConfig, map[string][]string{"jira.test": {"127.0.0.1"}}, nil)
+	jira := "http://jira.test:" + h.plain.port() + "/rest/api/2/search"
+	body := `{"jql":"project = X","maxResults":10}`
+	for _, tc := range []struct {
+		coding string
+		want   int
+	}{{"", 200}, {"identity", 200}, {"deflate", 403}, {"br", 403}, {"gzip, deflate", 403}, {"x-custom", 403}} {
+		hdr := map[string]string{"Content-Type": "application/json"}
+		if tc.coding != "" {
+			hdr["Content-Encoding"] = tc.coding
+		}
+		resp, text := h.do("POST", jira, strings.NewReader(body), hdr)
+		if resp == nil || resp.StatusCode != tc.want {
+			t.Errorf("Content-Encoding %q: %v %q, want %d", tc.coding, resp, text, tc.want)
+		}
 	}
 }

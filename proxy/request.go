@@ -94,6 +94,23 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	return r, nil
 }
 
+// unreadableCoding returns the request's Content-Encoding when it is one a
+// read body check cannot read ("" for none, identity or gzip, which
+// CheckedBody inflates).
+func unreadableCoding(h http.Header) string {
+	vs := h.Values("Content-Encoding")
+	switch {
+	case len(vs) == 0:
+		return ""
+	case len(vs) == 1:
+		switch strings.ToLower(strings.TrimSpace(vs[0])) {
+		case "", "identity", "gzip", "x-gzip":
+			return ""
+		}
+	}
+	return strings.Join(vs, ", ")
+}
+
 // upgradeOf returns the protocol a request asks to switch to (Upgrade, or
 // an HTTP2-Settings h2c attempt), or "".
 func upgradeOf(r *http.Request) string {
@@ -175,6 +192,9 @@ func (x *Proxy) checkShape(r *http.Request, rq *request, p *policy.Policy) *http
 			return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), "no request body allowed here")
 		}
 		return nil
+	}
+	if ce := unreadableCoding(r.Header); ce != "" {
+		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), fmt.Sprintf("Content-Encoding %.40q: a body egressd reads is plain or gzip (any other coding reaches the server as bytes no check read)", ce))
 	}
 	limit := min(rq.d.BodyCap, p.Limits.MirrorBodyBytes)
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))

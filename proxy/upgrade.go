@@ -215,8 +215,14 @@ func (x *Proxy) relayUpgrade(w http.ResponseWriter, r *http.Request, rq *request
 	if !x.honey.Empty() {
 		var pre2 []byte
 		client, pre2 = x.scanWebSocket(rq, client, up, hc, pre)
-		if pre2 == nil && len(pre) > 0 { // the first frame carried one
-			x.logDecisionReason(context.WithoutCancel(r.Context()), rq, http.StatusSwitchingProtocols, policy.ReasonHoneytoken, "upgrade websocket "+honeyDetail(rq.honey), in, out)
+		if pre2 == nil && len(pre) > 0 { // the first frame carried one, or was refused
+			reason, detail := policy.ReasonHoneytoken, ""
+			if rq.honey != nil {
+				detail = honeyDetail(rq.honey)
+			} else if c := rq.cutBy.Load(); c != nil {
+				reason, detail = c.reason, c.detail
+			}
+			x.logDecisionReason(context.WithoutCancel(r.Context()), rq, http.StatusSwitchingProtocols, reason, "upgrade websocket "+detail, in, out)
 			return
 		}
 	}

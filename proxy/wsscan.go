@@ -13,9 +13,9 @@ import (
 // whose frame carried a honeytoken: the frame is not forwarded.
 var errHoneytokenFrame = errors.New("websocket frame carries a honeytoken")
 
-// wsCarry is how many payload bytes of earlier frames are kept and scanned
-// again with the next: more than any honeytoken is long, so one split
-// across frames (or reads) is still found whole.
+// wsCarry is the fewest payload bytes of earlier frames kept and scanned
+// again with the next; the registry's MaxLen raises it, so a token or an
+// encoded form of it split across frames (or reads) is still found whole.
 const wsCarry = 64
 
 // wsScanner parses the client's WebSocket frames (RFC 6455: client frames
@@ -33,13 +33,31 @@ type wsScanner struct {
 	off     uint64 // payload offset in the current frame (for the mask)
 	carry   []byte // the last payload bytes seen, unmasked
 	scratch []byte
+	// ctl: the current frame is a control frame (ping, pong, close). Its
+	// payload is scanned on its own in ctlBuf: control frames may sit
+	// between the fragments of a message, which the server joins without
+	// them, so they must not break the data stream carry scans.
+	ctl    bool
+	ctlBuf []byte
+	err    error // why the stream is refused (not a honeytoken)
 }
+
+// maxControlPayload is RFC 6455's bound on a control frame's payload.
+const maxControlPayload = 125
+
+// errWSExtension refuses a frame that uses an extension: egressd drops
+// the client's offer, so none is negotiated, and a compressed payload
+// (permessage-deflate's RSV1) would pass the scan unread.
+var errWSExtension = errors.New("websocket frame with RSV bits set: an extension egressd did not negotiate (compression) would hide the payload from the honeytoken scan")
+
+// errWSControl refuses a control frame over RFC 6455's 125 bytes.
+var errWSControl = errors.New("websocket control frame over 125 bytes")
 
 // feed parses b, the next bytes the client sent, and returns the first
 // honeytoken in a payload so far.
 func (s *wsScanner) feed(b []byte) (honeytoken.Token, bool) {
 	s.scratch = append(s.scratch[:0], s.carry...)
-	for len(b) > 0 {
+	for len(b) > 0 && s.err == nil {
 		if s.left == 0 && !s.inFrameHeaderDone() {
 			b = s.readHeader(b)
 			continue
@@ -50,7 +68,16 @@ func (s *wsScanner) feed(b []byte) (honeytoken.Token, bool) {
 			if s.masked {
 				c ^= s.mask[(s.off+i)%4]
 			}
-			s.scratch = append(s.scratch, c)
+			if s.ctl {
+				s.ctlBuf = append(s.ctlBuf, c)
+			} else {
+				s.scratch = append(s.scratch, c)
+			}
+		}
+		if s.ctl {
+			if t, ok := s.reg.Scan(s.ctlBuf); ok {
+				return t, true
+			}
 		}
 		s.off += n
 		s.left -= n
@@ -60,7 +87,7 @@ func (s *wsScanner) feed(b []byte) (honeytoken.Token, bool) {
 		}
 	}
 	t, ok := s.reg.Scan(s.scratch)
-	keep := s.scratch[max(0, len(s.scratch)-wsCarry):]
+	keep := s.scratch[max(0, len(s.scratch)-max(wsCarry, s.reg.MaxLen())):]
 	s.carry = append(s.carry[:0], keep...)
 	return t, ok
 }
@@ -92,7 +119,16 @@ func (s *wsScanner) readHeader(b []byte) []byte {
 	if s.need == 0 || len(s.head) < s.need {
 		return b
 	}
+	if s.head[0]&0x70 != 0 {
+		s.err = errWSExtension
+		return nil
+	}
 	s.masked = s.head[1]&0x80 != 0
+	s.ctl, s.ctlBuf = s.head[0]&0x08 != 0, s.ctlBuf[:0]
+	if s.ctl && s.head[1]&0x7f > maxControlPayload {
+		s.err = errWSControl
+		return nil
+	}
 	p := 2
 	switch l := s.head[1] & 0x7f; l {
 	case 126:
@@ -118,8 +154,9 @@ func (s *wsScanner) readHeader(b []byte) []byte {
 // reaches the origin whole.
 type wsScanConn struct {
 	net.Conn
-	s   *wsScanner
-	hit func(honeytoken.Token)
+	s      *wsScanner
+	hit    func(honeytoken.Token)
+	refuse func(error)
 }
 
 func (c *wsScanConn) Read(p []byte) (int, error) {
@@ -129,14 +166,20 @@ func (c *wsScanConn) Read(p []byte) (int, error) {
 			c.hit(t)
 			return 0, errHoneytokenFrame
 		}
+		if c.s.err != nil {
+			c.refuse(c.s.err)
+			return 0, c.s.err
+		}
 	}
 	return n, err
 }
 
 // scanWebSocket wraps the client side of an allowed WebSocket so that its
 // frames are scanned for honeytokens; pre (bytes the client sent with the
-// handshake) is scanned first and comes back nil when it carried one. A
-// hit records the refusal on rq and closes both sides.
+// handshake) is scanned first and comes back nil when it carried one or
+// was refused. A hit, or a frame the scan cannot read (an extension's,
+// an oversized control frame), records the refusal on rq and closes both
+// sides.
 func (x *Proxy) scanWebSocket(rq *request, client, up, hc net.Conn, pre []byte) (net.Conn, []byte) {
 	s := &wsScanner{reg: x.honey}
 	hit := func(t honeytoken.Token) {
@@ -145,9 +188,18 @@ func (x *Proxy) scanWebSocket(rq *request, client, up, hc net.Conn, pre []byte) 
 		up.Close()
 		hc.Close()
 	}
+	refuse := func(err error) {
+		rq.cutBy.Store(&cutInfo{policy.ReasonUpgrade, err.Error()})
+		up.Close()
+		hc.Close()
+	}
 	if t, ok := s.feed(pre); ok {
 		hit(t)
 		return client, nil
 	}
-	return &wsScanConn{Conn: client, s: s, hit: hit}, pre
+	if s.err != nil {
+		refuse(s.err)
+		return client, nil
+	}
+	return &wsScanConn{Conn: client, s: s, hit: hit, refuse: refuse}, pre
 }

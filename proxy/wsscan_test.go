@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
+	"encoding/hex"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +43,7 @@ func TestWSScanner(t *testing.T) {
 	reg := honeytoken.NewRegistry()
 	reg.Set("t", ts)
 	tok := ts[2].Value
+	hexTok := hex.EncodeToString([]byte(tok))
 	mask := [4]byte{0x12, 0x34, 0x56, 0x78}
 	long := strings.Repeat("x", 70000)
 	tests := []struct {
@@ -55,6 +58,13 @@ func TestWSScanner(t *testing.T) {
 		{"split across fragments", append(wsFrame(1, false, []byte("a "+tok[:10]), mask), wsFrame(0, true, []byte(tok[10:]+" b"), mask)...), true},
 		{"after an empty frame and a ping", append(append(wsFrame(9, true, nil, mask), wsFrame(10, true, []byte("p"), mask)...), wsFrame(1, true, []byte(tok), mask)...), true},
 		{"masked bytes only: not in the raw stream", wsFrame(1, true, []byte("zzzz"), mask), false},
+		// RFC 6455 5.4: control frames may sit between the fragments of
+		// a message; the server joins the fragments without them.
+		{"split across fragments around a ping", append(append(wsFrame(1, false, []byte("a "+tok[:10]), mask), wsFrame(9, true, []byte("p"), mask)...), wsFrame(0, true, []byte(tok[10:]+" b"), mask)...), true},
+		{"split across fragments around an empty pong", append(append(wsFrame(1, false, []byte(tok[:5]), mask), wsFrame(10, true, nil, mask)...), wsFrame(0, true, []byte(tok[5:]), mask)...), true},
+		{"in a ping's payload", wsFrame(9, true, []byte("ping "+tok), mask), true},
+		// an encoded form is longer than the token: the carry must hold it
+		{"hex, split across frames", append(wsFrame(1, false, []byte(hexTok[:75]), mask), wsFrame(0, true, []byte(hexTok[75:]), mask)...), true},
 	}
 	for _, tt := range tests {
 		for _, chunk := range []int{1, 3, 7, 4096, len(tt.stream)} {
@@ -69,6 +79,20 @@ func TestWSScanner(t *testing.T) {
 				t.Errorf("%s, chunks of %d: found %v, want %v", tt.name, chunk, found, tt.want)
 			}
 		}
+	}
+	// A frame with an RSV bit set uses an extension (permessage-deflate's
+	// RSV1): none was negotiated, since egressd drops the offer, so its
+	// payload may be compressed past the scan: refused.
+	for _, rsv := range []byte{0x40, 0x20, 0x10} {
+		f := wsFrame(1, true, []byte("hello"), mask)
+		f[0] |= rsv
+		s := &wsScanner{reg: reg}
+		if s.feed(append(wsFrame(1, true, []byte("ok"), mask), f...)); s.err == nil {
+			t.Errorf("frame with RSV bits %#x: not refused", rsv)
+		}
+	}
+	if s := (&wsScanner{reg: reg}); func() bool { s.feed(wsFrame(1, true, []byte("hello"), mask)); return s.err != nil }() {
+		t.Errorf("plain frame refused: %v", s.err)
 	}
 	// the raw (masked) stream never shows the token: only unmasking finds it
 	if raw := wsFrame(1, true, []byte(tok), mask); bytes.Contains(raw, []byte(tok)) {
@@ -90,8 +114,8 @@ func FuzzWSScanner(f *testing.F) {
 			s.feed(b[:n])
 			b = b[n:]
 		}
-		if len(s.carry) > wsCarry || len(s.head) > 14 {
-			t.Fatalf("state grew: carry %d head %d", len(s.carry), len(s.head))
+		if len(s.carry) > max(wsCarry, reg.MaxLen()) || len(s.head) > 14 || len(s.ctlBuf) > maxControlPayload {
+			t.Fatalf("state grew: carry %d head %d control %d", len(s.carry), len(s.head), len(s.ctlBuf))
 		}
 	})
 }
@@ -110,23 +134,8 @@ func TestWebSocketHoneytoken(t *testing.T) {
 		c.Honeytokens = reg
 		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock(); alerted <- struct{}{} }
 	})
-	port, _ := wsOrigin(t, h)
-	tc := inspectedTLS(t, h, "ws.test", port)
-	cfg, err := websocket.NewConfig("wss://ws.test:"+port+"/chat", "https://ws.test/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := websocket.NewClient(cfg, tc)
-	if err != nil {
-		t.Fatalf("handshake: %v", err)
-	}
+	ws, _ := echoedWebSocket(t, h)
 	var got string
-	if err := websocket.Message.Send(ws, "hello"); err != nil {
-		t.Fatal(err)
-	}
-	if err := websocket.Message.Receive(ws, &got); err != nil || got != "hello" {
-		t.Fatalf("echo without a canary: %q %v", got, err)
-	}
 	websocket.Message.Send(ws, "exfil "+ts[1].Value)
 	if err := websocket.Message.Receive(ws, &got); err == nil {
 		t.Fatalf("the message with a canary came back: %q", got)
@@ -145,4 +154,54 @@ func TestWebSocketHoneytoken(t *testing.T) {
 	if len(alerts) != 1 || alerts[0].Where != "websocket" {
 		t.Fatalf("alerts %+v", alerts)
 	}
+}
+
+// TestWebSocketExtensionFrameRefused: while honeytokens are watched, a
+// client frame with RSV1 set (compressed by a permessage-deflate that was
+// never negotiated) closes the connection before the origin gets it,
+// logged with reason upgrade.
+func TestWebSocketExtensionFrameRefused(t *testing.T) {
+	ts, _ := honeytoken.Issue("ws-agent")
+	reg := honeytoken.NewRegistry()
+	reg.Set("t", ts)
+	h := newHarnessWith(t, wsConfig, wsNames, func(c *Config) { c.Honeytokens = reg })
+	ws, tc := echoedWebSocket(t, h)
+	var got string
+	f := wsFrame(1, true, []byte("deflated?"), [4]byte{9, 8, 7, 6})
+	f[0] |= 0x40 // RSV1: permessage-deflate
+	if _, err := tc.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := websocket.Message.Receive(ws, &got); err == nil {
+		t.Fatalf("the RSV1 frame came back: %q", got)
+	}
+	line := waitLog(t, h, "RSV bits")
+	if !strings.Contains(line, `"reason":"upgrade"`) {
+		t.Fatalf("log line: %s", line)
+	}
+}
+
+// echoedWebSocket opens a WebSocket to the echo origin through an
+// inspected tunnel of h and checks that a plain message echoes; it
+// returns the client and the TLS connection under it.
+func echoedWebSocket(t *testing.T, h *harness) (*websocket.Conn, *tls.Conn) {
+	t.Helper()
+	port, _ := wsOrigin(t, h)
+	tc := inspectedTLS(t, h, "ws.test", port)
+	cfg, err := websocket.NewConfig("wss://ws.test:"+port+"/chat", "https://ws.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := websocket.NewClient(cfg, tc)
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	var got string
+	if err := websocket.Message.Send(ws, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if err := websocket.Message.Receive(ws, &got); err != nil || got != "hello" {
+		t.Fatalf("echo without a canary: %q %v", got, err)
+	}
+	return ws, tc
 }

@@ -112,7 +112,13 @@ func Run(ctx context.Context, c Config) (int, error) {
 		runDir = DefaultRunDir
 	}
 	term := c.Logger
-	if files := readableSecrets(c.Policy, c.Cred); len(files) > 0 {
+	files := readableSecrets(c.Policy, c.Cred)
+	if c.Honeytokens {
+		if f := readableStore(c.StateDir, c.Cred); f != "" {
+			files = append(files, f)
+		}
+	}
+	if len(files) > 0 {
 		return 0, &SecretsError{Files: files}
 	}
 	if c.Identity != "" {

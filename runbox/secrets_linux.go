@@ -3,6 +3,8 @@ package runbox
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -11,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -143,5 +146,24 @@ func setThreadIDs(cred *syscall.Credential) error {
 type SecretsError struct{ Files []string }
 
 func (e *SecretsError) Error() string {
-	return fmt.Sprintf("the sandbox's user could read the secret file(s) %v (inject files, upstream_proxy.auth_from, audit signing keys): make them root's, mode 0600 (or in a directory the user cannot search), so the credential stays with the checkpoint", e.Files)
+	return fmt.Sprintf("the sandbox's user could read the secret file(s) %v (inject files, upstream_proxy.auth_from, audit signing keys, the honeytoken store): make them root's, mode 0600 (or in a directory the user cannot search), so the credential stays with the checkpoint", e.Files)
+}
+
+// readableStore returns the honeytoken store in stateDir if the sandbox's
+// user could read it, else "": an agent that can read the store knows
+// which of its credentials are canaries and leaves them alone. An absent
+// store is not readable: the run creates it root's, mode 0600, in a
+// directory it creates 0700.
+func readableStore(stateDir string, cred *syscall.Credential) string {
+	if stateDir == "" || cred == nil {
+		return ""
+	}
+	p := filepath.Join(stateDir, honeytoken.StoreFile)
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	if canRead(p, cred) {
+		return p
+	}
+	return ""
 }

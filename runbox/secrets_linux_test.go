@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -147,5 +148,35 @@ func TestHiddenPaths(t *testing.T) {
 	want := []string{"/etc/egressd/token", "/etc/egressd/proxy-auth", "/var/lib/egressd"}
 	if !slices.Equal(got, want) {
 		t.Errorf("hidden %v, want %v", got, want)
+	}
+}
+
+// TestReadableHoneytokenStore: a honeytoken store the sandbox's user can
+// read tells the agent which of its credentials are canaries (it would
+// then leave them alone): named like a secret. An absent store is fine:
+// the run creates it root's, mode 0600.
+func TestReadableHoneytokenStore(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own files as another user")
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	open, closed, absent := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, d := range []string{filepath.Dir(open), open, closed, absent} {
+		os.Chmod(d, 0o755)
+	}
+	for dir, mode := range map[string]os.FileMode{open: 0o644, closed: 0o600} {
+		p := filepath.Join(dir, honeytoken.StoreFile)
+		if err := os.WriteFile(p, []byte("{}\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+	}
+	for _, tt := range []struct {
+		dir  string
+		want bool
+	}{{open, true}, {closed, false}, {absent, false}, {"", false}} {
+		if got := readableStore(tt.dir, nobody) != ""; got != tt.want {
+			t.Errorf("store in %q: readable %v, want %v", tt.dir, got, tt.want)
+		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 func init() { commands["audit"] = cmdAudit }
 
-const auditUsage = `usage: egressd audit verify [--live] [--strict] [--anchor SEQ:HASH]... [--key PUB] FILE
+const auditUsage = `usage: egressd audit verify [--live] [--strict] [--anchor SEQ:HASH]... [--key PUB] [--final-key PUB] FILE
        egressd audit keygen --out DIR
 
 Checks a hash-chained audit log (serve --audit-log). Exit 0 intact, 1 tampered
@@ -28,6 +28,10 @@ Checks a hash-chained audit log (serve --audit-log). Exit 0 intact, 1 tampered
   --key      the Ed25519 public key (audit.pub) of audit.sign_key: every line
              must be covered by a valid signed checkpoint (with --live, the
              unsigned tail is reported).
+  --final-key  the public key the log must end signed with: after a rotation
+             the current audit.pub (--key the first). Without it, whoever
+             holds a retired key can cut the log back to before the rotation
+             and sign a continuation. Alone, it is --key too.
 keygen writes DIR/audit.key (mode 0600: audit.sign_key) and DIR/audit.pub
 (give it to whoever verifies; keep a copy off the egressd host).
 `
@@ -60,15 +64,22 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	var anchors anchorsFlag
 	fs.Var(&anchors, "anchor", "SEQ:HASH of a line recorded elsewhere (repeatable)")
 	keyFile := fs.String("key", "", "Ed25519 public key (audit.pub): require every line to be covered by a valid signature")
+	finalFile := fs.String("final-key", "", "Ed25519 public key the log must end signed with (the current audit.pub after a rotation)")
 	pos, err := parseFlags(fs, args[1:])
 	if err != nil || len(pos) != 1 {
 		fmt.Fprint(stderr, auditUsage)
 		return exitUsage
 	}
 	name := pos[0]
-	var key ed25519.PublicKey
-	if *keyFile != "" {
-		if key, err = audit.ReadPublicKey(*keyFile); err != nil {
+	var key, final ed25519.PublicKey
+	for _, k := range []struct {
+		file string
+		to   *ed25519.PublicKey
+	}{{*keyFile, &key}, {*finalFile, &final}} {
+		if k.file == "" {
+			continue
+		}
+		if *k.to, err = audit.ReadPublicKey(k.file); err != nil {
 			fmt.Fprintf(stderr, "egressd audit verify: %v\n", err)
 			return exitUsage
 		}
@@ -79,7 +90,7 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer f.Close()
-	rep, err := audit.Verify(f, audit.VerifyOptions{Live: *live, Strict: *strict, Anchors: anchors, Key: key})
+	rep, err := audit.Verify(f, audit.VerifyOptions{Live: *live, Strict: *strict, Anchors: anchors, Key: key, FinalKey: final})
 	var te *audit.TamperError
 	switch {
 	case errors.As(err, &te):
@@ -101,7 +112,7 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, l := range rep.Recovered {
 		fmt.Fprintf(stdout, "%s:%d: warning: line cut short by a crash mid-write, acknowledged by the writer at restart\n", name, l)
 	}
-	if key != nil {
+	if key != nil || final != nil {
 		fmt.Fprintf(stdout, "%s: signed: lines 1-%d covered by %d checkpoint(s), key(s) %s\n", name, rep.SignedLines, rep.Checkpoints, strings.Join(rep.KeyIDs, " -> "))
 		if rep.UnsignedFrom > 0 {
 			fmt.Fprintf(stdout, "%s:%d: note: lines %d-%d are not signed yet (--live: the next checkpoint covers them)\n", name, rep.UnsignedFrom, rep.UnsignedFrom, rep.Lines)

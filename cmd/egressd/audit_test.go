@@ -215,6 +215,11 @@ func TestAuditSignedCommand(t *testing.T) {
 	livePath := filepath.Join(t.TempDir(), "live.jsonl")
 	os.WriteFile(livePath, bytes.Join(ls[:6], nil), 0o600)
 	pub := filepath.Join(keys, audit.PublicKeyFile)
+	other := filepath.Join(t.TempDir(), "other")
+	if code := run(context.Background(), []string{"audit", "keygen", "--out", other}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("keygen: %d %s", code, stderr.String())
+	}
+	otherPub := filepath.Join(other, audit.PublicKeyFile)
 	for _, tt := range []struct {
 		args     []string
 		wantCode int
@@ -227,6 +232,10 @@ func TestAuditSignedCommand(t *testing.T) {
 		{[]string{"--key", filepath.Join(keys, audit.PrivateKeyFile), path}, exitUsage, ""},
 		{[]string{"--key", pub, "--live", livePath}, exitOK, ":6: note: lines 6-6 are not signed yet"},
 		{[]string{"--key", pub, livePath}, exitDeny, "tampered: truncated"},
+		// --final-key: the key the log must end with (after a rotation)
+		{[]string{"--key", pub, "--final-key", pub, path}, exitOK, "signed: lines 1-8"},
+		{[]string{"--final-key", pub, path}, exitOK, "signed: lines 1-8"},
+		{[]string{"--key", pub, "--final-key", otherPub, path}, exitDeny, "not by the final key"},
 	} {
 		stdout.Reset()
 		stderr.Reset()

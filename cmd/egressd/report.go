@@ -152,7 +152,9 @@ func prepareSeal(p *policy.Policy, cfg, keyFile, histPath, auditLog, auditPub, w
 				return nil, nil, err
 			}
 		}
-		rep, err := audit.Verify(f, audit.VerifyOptions{Live: true, Key: first})
+		// The log must end with the signing key: a log cut back before a
+		// rotation and continued with the retired key does not.
+		rep, err := audit.Verify(f, audit.VerifyOptions{Live: true, Key: first, FinalKey: key.Public().(ed25519.PublicKey)})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--audit-log %s does not verify with the signing key, so no pack is signed over it: %w", auditLog, err)
 		}

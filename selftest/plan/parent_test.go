@@ -85,3 +85,35 @@ allow:
 		t.Error("no publish probe for the base_path rule")
 	}
 }
+
+// TestBasePathSpellingProbe: each base_path rule is probed with a read
+// whose path spells the base_path with an escape: the policy refuses it
+// (not routed to a looser rule of the host), and the live proxy must too.
+func TestBasePathSpellingProbe(t *testing.T) {
+	p := mustPolicy(t, `version: 1
+allow:
+  - name: files
+    hosts: [repo.example]
+    mirror: generic
+    base_path: /
+  - name: art-npm
+    hosts: [repo.example]
+    mirror: npm
+    base_path: /artifactory/api/npm/npm-remote
+`)
+	var found bool
+	for _, q := range Derive(p, nil).Refused {
+		if q.ID == "base-path-spelling/art-npm" {
+			found = true
+			if q.URL != "https://repo.example/artifactory/api/npm/npm-remot%65/egressd-selftest" || q.Method != "GET" || q.Reason != "mirror" {
+				t.Errorf("spelling probe %+v", q)
+			}
+		}
+		if q.ID == "base-path-spelling/files" {
+			t.Errorf("a probe for base_path /: %+v", q)
+		}
+	}
+	if !found {
+		t.Error("no base_path spelling probe")
+	}
+}

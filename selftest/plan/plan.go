@@ -266,6 +266,13 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 			continue
 		}
 		if r.Mirror != policy.MirrorNone {
+			if bp := r.MirrorOp.BasePath; len(bp) > 1 {
+				// The base_path spelled with an escape: the server reads
+				// it as the repository, so it must be refused, not
+				// decided by a shorter base_path's looser grammar.
+				add("base-path-spelling/"+r.Name, fmt.Sprintf("proxy: base_path of mirror rule %s spelled with an escape", r.Name), base, "GET",
+					fmt.Sprintf("%s%%%02x/egressd-selftest", bp[:len(bp)-1], bp[len(bp)-1]), "", "")
+			}
 			// Each ecosystem declares its publish probe (policy/classify).
 			if q, ok := policy.PublishProbe(r.Mirror); ok {
 				if bp := r.MirrorOp.BasePath; bp != "/" {
