@@ -107,6 +107,12 @@ type Selftest struct {
 	ToolServers           []ToolServer // tools.go
 }
 
+// DefaultHelloTimeout is how long the checkpoint waits for a tunnel's
+// ClientHello (and an inspected handshake) after its 200: the longest a
+// silent tunnel stays open. The proxy applies it; the self-test's
+// silent-tunnel probe holds egressd to it.
+const DefaultHelloTimeout = 5 * time.Second
+
 // DefaultProbeEveryMax is selftest.probe_every_max's default.
 const DefaultProbeEveryMax = time.Hour
 

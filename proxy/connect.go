@@ -16,7 +16,7 @@ import (
 // never longer than the proxy's own): a client can only shorten its own
 // wait. egressd's 200 then carries the deadline it applies in the same
 // header, so the self-test's silent-tunnel probe observes the deadline
-// hold in a fraction of a second instead of waiting HelloTimeout.
+// hold in a fraction of a second instead of waiting policy.DefaultHelloTimeout.
 const HelloDeadlineHeader = "X-Egressd-Hello-Deadline"
 
 // DialDeadlineHeader, on a CONNECT, bounds how long egressd resolves and

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/policy"
 )
 
 func TestHelloDeadline(t *testing.T) {
@@ -18,17 +20,17 @@ func TestHelloDeadline(t *testing.T) {
 		want  time.Duration
 		ok    bool
 	}{
-		{"", HelloTimeout, false},
+		{"", policy.DefaultHelloTimeout, false},
 		{"250ms", 250 * time.Millisecond, true},
-		{"1ms", MinHelloDeadline, true}, // no busy loop of instant cuts
-		{"5s", HelloTimeout, false},     // not shorter: the proxy's own
-		{"1h", HelloTimeout, false},     // never longer
-		{"-1s", MinHelloDeadline, true}, // a negative wait is the shortest
-		{"soon", HelloTimeout, false},
-		{strings.Repeat("1", 40) + "ms", HelloTimeout, false},
+		{"1ms", MinHelloDeadline, true},           // no busy loop of instant cuts
+		{"5s", policy.DefaultHelloTimeout, false}, // not shorter: the proxy's own
+		{"1h", policy.DefaultHelloTimeout, false}, // never longer
+		{"-1s", MinHelloDeadline, true},           // a negative wait is the shortest
+		{"soon", policy.DefaultHelloTimeout, false},
+		{strings.Repeat("1", 40) + "ms", policy.DefaultHelloTimeout, false},
 	}
 	for _, tt := range tests {
-		if got, ok := shorterDeadline(tt.asked, HelloTimeout); got != tt.want || ok != tt.ok {
+		if got, ok := shorterDeadline(tt.asked, policy.DefaultHelloTimeout); got != tt.want || ok != tt.ok {
 			t.Errorf("%q: got %v %v, want %v %v", tt.asked, got, ok, tt.want, tt.ok)
 		}
 	}
@@ -39,8 +41,8 @@ func FuzzHelloDeadline(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, asked string) {
-		got, ok := shorterDeadline(asked, HelloTimeout)
-		if got > HelloTimeout || got < MinHelloDeadline || !ok && got != HelloTimeout {
+		got, ok := shorterDeadline(asked, policy.DefaultHelloTimeout)
+		if got > policy.DefaultHelloTimeout || got < MinHelloDeadline || !ok && got != policy.DefaultHelloTimeout {
 			t.Errorf("%q: got %v %v", asked, got, ok)
 		}
 	})

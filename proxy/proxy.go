@@ -78,7 +78,7 @@ type Config struct {
 	// FDLimit replaces the soft RLIMIT_NOFILE as the ceiling (tests).
 	FDLimit func() int
 	// HelloTimeout bounds the wait for a tunnel's ClientHello and
-	// inspected handshake. 0: HelloTimeout; tests shorten it.
+	// inspected handshake. 0: policy.DefaultHelloTimeout; tests shorten it.
 	HelloTimeout time.Duration
 	// NameBudget counts the distinct names each identity resolves under
 	// wildcard rules; share it with the DNS filter (egressd's wiring does).
@@ -191,7 +191,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		x.log = slog.New(slog.DiscardHandler)
 	}
 	x.errorLog = slog.NewLogLogger(x.log.With("source", "net/http").Handler(), slog.LevelDebug)
-	x.helloTimeout = cmp.Or(cfg.HelloTimeout, HelloTimeout)
+	x.helloTimeout = cmp.Or(cfg.HelloTimeout, policy.DefaultHelloTimeout)
 	if x.secret == nil {
 		x.secret = &inject.Store{}
 	}

@@ -27,11 +27,6 @@ import (
 // splice or inspect, the deadlines of each state, byte accounting and the
 // closing decision line. A check added to a tunnel is added here, once.
 
-// HelloTimeout bounds how long a client may take to send its ClientHello
-// (and finish an inspected handshake) after the tunnel is up: the longest
-// a silent tunnel stays open (the self-test probes it).
-const HelloTimeout = 5 * time.Second
-
 // extECH is the TLS encrypted_client_hello extension (RFC 9849).
 const extECH = 0xfe0d
 
@@ -190,7 +185,7 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) {
 }
 
 // tunnelHello reads the ClientHello unless the front did (within
-// HelloTimeout) and decides it: the reason to cut the tunnel, or
+// policy.DefaultHelloTimeout) and decides it: the reason to cut the tunnel, or
 // ReasonAllowed.
 func (x *Proxy) tunnelHello(tn *tunnel) (policy.Reason, string) {
 	if tn.hello == nil {

@@ -65,7 +65,7 @@ func TestReportGolden(t *testing.T) {
 	}
 	in := Input{
 		Now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Policy: p, Runs: runs, SkippedRuns: skipped, Log: dl, LogFile: "egressd.log",
-		Walls: "table inet egressd {\n\tcounter drop_direct { packets 3 bytes 180 }\n}\n",
+		WallsTable: "egressd", Walls: "table inet egressd {\n\tcounter drop_direct { packets 3 bytes 180 }\n}\n",
 	}
 	var md, js bytes.Buffer
 	Write(&md, in)

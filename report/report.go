@@ -16,7 +16,6 @@ import (
 
 	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/honeytoken"
-	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
 )
@@ -142,6 +141,7 @@ type Input struct {
 	Log         *DecisionLog
 	LogFile     string
 	Walls       string // the kernel walls with their counters (nft.Show)
+	WallsTable  string // the nftables table Walls shows (egressd's own, inet)
 	WallsErr    error  // why Walls is empty
 	// Honeytokens are the canary credentials egressd placed (the state
 	// directory's store): kept apart from the keys the scan found.
@@ -159,7 +159,7 @@ func Write(w io.Writer, in Input) {
 	fmt.Fprintf(w, "**Summary:** %s\n\n", historySummary(own))
 
 	fmt.Fprintf(w, "## 1. The single egress route: the kernel walls\n\n")
-	fmt.Fprintf(w, "Sandbox traffic may reach only the proxy and DNS ports on the gateway; everything else is dropped and counted (nftables table `inet %s`, with packet and byte counters).\n\n", nft.DefaultTable)
+	fmt.Fprintf(w, "Sandbox traffic may reach only the proxy and DNS ports on the gateway; everything else is dropped and counted (nftables table `inet %s`, with packet and byte counters).\n\n", in.WallsTable)
 	if in.WallsErr != nil {
 		fmt.Fprintf(w, "> Not available: %v. Run `egressd report` as root on the gateway that holds the walls.\n\n", in.WallsErr)
 	} else {

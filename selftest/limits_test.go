@@ -166,7 +166,7 @@ func TestSilentTunnelAsked(t *testing.T) {
 	probe := func(proxyAddr string) Result {
 		var d net.Dialer
 		rep, err := Run(t.Context(), Config{Proxy: netip.MustParseAddrPort(proxyAddr), Dial: d.DialContext,
-			SilentHost: origin.Addr().String(), SilentDeadline: proxy.HelloTimeout, SilentAsk: 250 * time.Millisecond})
+			SilentHost: origin.Addr().String(), SilentDeadline: policy.DefaultHelloTimeout, SilentAsk: 250 * time.Millisecond})
 		if err != nil || len(rep.Results) != 1 {
 			t.Fatalf("run: %v %+v", err, rep)
 		}

@@ -73,7 +73,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	walls, wallsErr := showWalls()
-	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, SkippedRuns: skipped, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr, Honeytokens: planted}
+	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, SkippedRuns: skipped, Log: dl, LogFile: *logFile, Walls: walls, WallsTable: nft.DefaultTable, WallsErr: wallsErr, Honeytokens: planted}
 	var key ed25519.PrivateKey
 	if *sign {
 		if key, in.Seal, err = prepareSeal(p, *cfg, *keyFile, histPath, *auditLog, *auditPub, walls); err != nil {

@@ -60,10 +60,10 @@ var allowed = map[string][]string{
 	"tools": {},
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
-	"selftest/plan":    {"policy", "proxy", "selftest"},
+	"selftest/plan":    {"policy", "selftest"},
 	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
 	"selftest/probe":   {"selftest"},
-	"report":           {"event", "nft", "policy", "selftest", "audit", "honeytoken"},
+	"report":           {"event", "policy", "selftest", "audit", "honeytoken"},
 	"deploy":           {},
 
 	"cmd/egressd":      {anyPackage},

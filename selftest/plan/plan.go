@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/policy"
-	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/selftest"
 )
 
@@ -31,7 +30,7 @@ import (
 const Unlisted = "egressd-selftest-unlisted.invalid"
 
 // SilentAsk is the ClientHello deadline the silent-tunnel probe asks for
-// on its own tunnel (proxy.HelloDeadlineHeader).
+// on its own tunnel (the proxy's X-Egressd-Hello-Deadline).
 const SilentAsk = 250 * time.Millisecond
 
 // MetadataNames are metadata host names the proxy must refuse.
@@ -103,7 +102,7 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 	c.Refused = refusedRequests(p)
 	c.Own = ownListeners(p)
 	c.InspectHost, c.HeadBytes = inspectHost(p), p.Limits.HeaderBytes
-	c.SilentHost, c.SilentDeadline = cmp.Or(c.InspectHost, c.SNIHost), proxy.HelloTimeout
+	c.SilentHost, c.SilentDeadline = cmp.Or(c.InspectHost, c.SNIHost), policy.DefaultHelloTimeout
 	// The silent-tunnel probe asks for a short deadline on its own tunnel
 	// and sees it hold, rather than waiting HelloTimeout in every run
 	// (docs/PROOF.md: "A proof in under two seconds").
