@@ -22,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -53,6 +54,13 @@ type Options struct {
 	// Walls applies the kernel rules for a policy (nil: no walls managed
 	// here). Called on start and on every reload, before Verify.
 	Walls func(ctx context.Context, p *policy.Policy) error
+	// WallsSame reports whether two policies need the same kernel walls. A
+	// reload whose candidate needs other walls cannot be verified beside
+	// the policy in force (the walls are the host's, one set for all): it
+	// goes in force gated (503 not-ready) while verified, and is rolled
+	// back if it fails. Nil with Walls set: every reload counts as a walls
+	// change.
+	WallsSame func(a, b *policy.Policy) bool
 	// WallsCheck reads the walls back and repairs drift (tampering), on
 	// start and every WallsInterval; nil: no drift check.
 	WallsCheck    func(ctx context.Context, p *policy.Policy) (drift []string, err error)
@@ -102,7 +110,19 @@ type Daemon struct {
 	admin *http.Server
 
 	reloadMu sync.Mutex
-	pol      atomic.Pointer[policy.Policy]
+	// next is the reload round that triggers arriving now join (nil: the
+	// next trigger starts one): a burst of triggers while a candidate is
+	// verified is one more reload, not one each.
+	nextMu sync.Mutex
+	next   *reloadRound
+	pol    atomic.Pointer[policy.Policy]
+	// cand is the candidate a reload is verifying beside the policy in
+	// force: it decides only the self-test's own connections.
+	cand atomic.Pointer[policy.Policy]
+	// retired is the policy verified before the last swap: requests it
+	// decided just before the swap still pass the gate (it was verified;
+	// weak, so the gate keeps no old policy alive).
+	retired atomic.Pointer[weak.Pointer[policy.Policy]]
 	// verified is the policy whose self-test last passed (or, with
 	// NoSelftest, the policy in force). The proxy's gate compares it with
 	// the policy that decided each request: swap and gate are one step.
@@ -186,7 +206,7 @@ func New(opt Options) (*Daemon, error) {
 		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names,
 			// allowed names are answered only from the verified policy with
 			// the walls sealed, as the proxy; the self-test's probes pass
-			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt})
+			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt, Candidate: d.cand.Load})
 		if err != nil {
 			return nil, fmt.Errorf("dns filter: %w", err)
 		}
@@ -236,10 +256,18 @@ func (d *Daemon) verifiedGate(p *policy.Policy) (reason policy.Reason, detail st
 	if !d.ready.Load() {
 		return policy.ReasonNotReady, "egressd is not ready: " + *d.status.Load()
 	}
-	if d.verified.Load() != p {
+	if v := d.verified.Load(); v != p && !d.wasVerified(p) {
 		return policy.ReasonNotReady, notVerified
 	}
 	return policy.ReasonAllowed, ""
+}
+
+// wasVerified reports whether p is the policy the last swap retired: it
+// was verified, and a request it decided an instant before the swap is
+// let through rather than refused.
+func (d *Daemon) wasVerified(p *policy.Policy) bool {
+	r := d.retired.Load()
+	return r != nil && p != nil && r.Value() == p
 }
 
 // watchAudit registers the audit metrics and logs each change of the
@@ -529,6 +557,9 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 // scheduled): a sealed run also marks p verified.
 func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	d.verifiedGauge.Set(0)
+	if !v.Sealed || v.Err != nil {
+		d.retired.Store(nil) // only the policy this run verifies may pass again
+	}
 	switch {
 	case len(v.Leaks) > 0:
 		d.ready.Store(false)
@@ -612,20 +643,52 @@ func load(f func() (*policy.Policy, error)) (*policy.Policy, error) {
 // 206-207 MiB at about the same CPU (100, 25 and 20 measured).
 const loadGCPercent = 20
 
-// Reload is the verified reload: parse → apply → self-test → keep, or roll
-// back to the last good policy and walls and say why. A config that does
-// not parse changes nothing.
+// Reload is the verified reload: parse, then verify the candidate beside
+// the policy in force (sandboxes keep being decided by the verified
+// policy; only the self-test's own connections meet the candidate), then
+// swap atomically, or drop the candidate and say why. A config that does
+// not parse, or does not change the policy, changes nothing. Triggers that
+// arrive while a reload runs coalesce into one more reload, which reads
+// the config as it is then; every caller gets the result of the round it
+// joined.
 func (d *Daemon) Reload(ctx context.Context, why string) error {
-	err := d.reload(ctx, why)
+	d.nextMu.Lock()
+	r := d.next
+	lead := r == nil
+	if lead {
+		r = &reloadRound{done: make(chan struct{})}
+		d.next = r
+	}
+	d.nextMu.Unlock()
+	if !lead {
+		select {
+		case <-r.done:
+			return r.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	d.reloadMu.Lock()
+	d.nextMu.Lock()
+	d.next = nil // from here a trigger is newer than the config this round reads
+	d.nextMu.Unlock()
+	r.err = d.reload(ctx, why)
+	d.reloadMu.Unlock()
+	close(r.done)
 	// Whichever of the old and the new policy lost is garbage now: give
 	// its memory back rather than keep it mapped until the next load.
 	debug.FreeOSMemory()
-	return err
+	return r.err
 }
 
+// reloadRound is one reload and the triggers it answers.
+type reloadRound struct {
+	done chan struct{}
+	err  error
+}
+
+// reload runs one round; the caller holds reloadMu.
 func (d *Daemon) reload(ctx context.Context, why string) error {
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
 	next, err := load(d.opt.Load)
 	if err != nil {
 		d.reloads.WithLabelValues("invalid").Inc()
@@ -633,14 +696,83 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 		return fmt.Errorf("reload: %w", err)
 	}
 	old := d.Policy()
+	if ready, _ := d.Ready(); ready && next.Same(old) {
+		d.reloads.WithLabelValues("unchanged").Inc()
+		d.log.Info("reload: the config did not change the policy: nothing to verify", "trigger", why, "config", next.Source)
+		return nil
+	}
 	if next.Listen != old.Listen {
 		d.log.Warn("reload: listen addresses changed; they take effect on restart", "old", old.Listen, "new", next.Listen)
 	}
+	if d.opt.NoSelftest || (d.opt.Walls != nil && (d.opt.WallsSame == nil || !d.opt.WallsSame(old, next))) {
+		err = d.reloadInForce(ctx, why, old, next)
+	} else {
+		err = d.reloadBeside(ctx, why, next)
+	}
+	if err == nil && next.Selftest.Interval != old.Selftest.Interval {
+		select {
+		case d.interval <- struct{}{}:
+		default: // Run has one pending already and reads the policy
+		}
+	}
+	return err
+}
+
+// reloadBeside verifies next beside the policy in force: the proxy and the
+// DNS filter decide the self-test's own connections with next, everyone
+// else with the verified policy. Sealed: one swap puts next in force (and
+// decides the open tunnels again). Not sealed: next is dropped; nothing
+// was in force, so there is nothing to roll back and nothing was refused.
+func (d *Daemon) reloadBeside(ctx context.Context, why string, next *policy.Policy) error {
+	d.setCandidate(next)
+	if testHookSwapped != nil {
+		testHookSwapped()
+	}
+	v := d.verify(ctx, "reload", next)
+	d.setCandidate(nil)
+	if !v.Sealed || v.Err != nil {
+		d.reloads.WithLabelValues("dropped").Inc()
+		d.log.Error("reload refused: the candidate failed its self-test and was dropped; the verified policy stays in force", "trigger", why, "err", verdictError(v))
+		return fmt.Errorf("reload refused, candidate dropped: %w", verdictError(v))
+	}
+	d.swap(next, v)
+	d.reloads.WithLabelValues("applied").Inc()
+	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
+	return nil
+}
+
+// setCandidate shows p (nil: none) to the self-test's own connections.
+func (d *Daemon) setCandidate(p *policy.Policy) {
+	d.cand.Store(p)
+	d.px.SetCandidate(p)
+}
+
+// swap puts a verified policy in force. The retired policy was verified
+// too: a request it decided an instant before the swap still passes the
+// gate, so the swap refuses nothing.
+func (d *Daemon) swap(next *policy.Policy, v Verdict) {
+	if prev := d.verified.Load(); prev != nil {
+		w := weak.Make(prev)
+		d.retired.Store(&w)
+	}
+	d.verified.Store(next)
+	d.pol.Store(next)
+	d.px.SetPolicy(next)
+	d.probes.setPolicy(next)
+	d.setReadiness(next, v)
+}
+
+// reloadInForce is the reload of a candidate that cannot be verified
+// beside the policy in force (its walls differ, or there is no self-test):
+// it goes in force at once, and the proxy's gate lets nothing it allows
+// through until it is verified (503 not-ready meanwhile); one that fails
+// is rolled back.
+func (d *Daemon) reloadInForce(ctx context.Context, why string, old, next *policy.Policy) error {
 	wasStatus := *d.status.Load()
 	if d.opt.NoSelftest {
 		d.verified.Store(next) // nothing to wait for: it serves once in force
 	} else {
-		d.setStatus("reloading: verifying the new policy")
+		d.setStatus("reloading: verifying the new policy (its walls differ: gated until verified)")
 	}
 	// From here the proxy decides with next, and its gate lets nothing
 	// that next allowed through until next is the verified policy: no
@@ -660,12 +792,6 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 	}
 	d.reloads.WithLabelValues("applied").Inc()
 	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
-	if next.Selftest.Interval != old.Selftest.Interval {
-		select {
-		case d.interval <- struct{}{}:
-		default: // Run has one pending already and reads the policy
-		}
-	}
 	return nil
 }
 
@@ -701,9 +827,10 @@ func verdictError(v Verdict) error {
 	return fmt.Errorf("the new policy leaks: %s", strings.Join(v.Leaks, "; "))
 }
 
-// testHookSwapped, when set (tests), runs in Reload right after the new
-// policy is installed and before its self-test: a request there must not
-// be allowed by the unverified policy.
+// testHookSwapped, when set (tests), runs in Reload right after the
+// candidate is shown to the self-test (or, for a walls change, installed)
+// and before its self-test: a request there must not be allowed by the
+// unverified policy.
 var testHookSwapped func()
 
 func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -103,6 +104,13 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 			return err
 		}
 		opt.WallsCheck = ensure
+		// a reload whose walls do not change is verified beside the
+		// policy in force; one whose walls change goes in force gated
+		opt.WallsSame = func(a, b *policy.Policy) bool {
+			sa, errA := g.Walls(a)
+			sb, errB := g.Walls(b)
+			return errA == nil && errB == nil && reflect.DeepEqual(sa, sb)
+		}
 		opt.WallsInterval = g.WallsInterval
 		// the walls' counters on /metrics (the default table: serve's)
 		opt.Collectors = append(opt.Collectors, nft.NewCollector(g.WallsNS, nft.DefaultTable))

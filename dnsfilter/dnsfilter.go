@@ -67,6 +67,10 @@ type Config struct {
 	// writes (a sandbox with CAP_NET_RAW can spoof an open probe socket's),
 	// while a TCP client's were proved by its handshake.
 	Exempt func(client netip.AddrPort) bool
+	// Candidate, when set, returns the policy a reload is verifying (nil:
+	// none): it decides for the clients Exempt names (over TCP), and the
+	// policy in force for everyone else.
+	Candidate func() *policy.Policy
 }
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
@@ -85,6 +89,7 @@ type Server struct {
 	overBudget *prometheus.CounterVec
 	gate       func(*policy.Policy) (policy.Reason, string)
 	exempt     func(netip.AddrPort) bool
+	cand       func() *policy.Policy // the candidate a reload verifies, for exempt clients
 
 	mu        sync.Mutex
 	closed    bool
@@ -157,6 +162,7 @@ func New(c Config) (*Server, error) {
 		budget:  c.NameBudget,
 		gate:    c.Gate,
 		exempt:  c.Exempt,
+		cand:    c.Candidate,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_queries_total",
 			Help: "DNS queries answered by the filter, by result.",
@@ -224,7 +230,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		s.queries.WithLabelValues(e.result).Inc()
 		return
 	}
-	p := s.policy()
+	p := s.policyFor(w)
 	if p == nil { // no policy loaded yet: answer nothing
 		e.result, e.reason = resultServFail, "no policy"
 		s.reply(w, r, dns.RcodeServerFailure, nil)
@@ -484,6 +490,19 @@ func clientAddrPort(w dns.ResponseWriter) netip.AddrPort {
 		}
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// policyFor is the policy that decides for w's client: the candidate for
+// the self-test's own probes (Exempt, over TCP) while one is verified.
+func (s *Server) policyFor(w dns.ResponseWriter) *policy.Policy {
+	if s.cand != nil && s.exempt != nil {
+		if _, tcp := w.RemoteAddr().(*net.TCPAddr); tcp {
+			if c := s.cand(); c != nil && s.exempt(clientAddrPort(w)) {
+				return c
+			}
+		}
+	}
+	return s.policy()
 }
 
 // gated applies Gate to an allowed name decided by p: ReasonAllowed lets it

@@ -39,8 +39,8 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		return
 	}
 	rq.target = t
-	p := x.Policy()
-	rq.d = p.DecideTargetAs(&t, rq.identity)
+	p := x.policyFor(r.RemoteAddr)
+	rq.d, rq.pol = p.DecideTargetAs(&t, rq.identity), p
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		writeResponse(w, x.denyDecision(r, rq))

@@ -131,8 +131,8 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 		return
 	}
 	rq.target = t
-	p := x.Policy()
-	rq.d = p.DecideTargetAs(&t, rq.identity)
+	p := x.policyFor(c.RemoteAddr().String())
+	rq.d, rq.pol = p.DecideTargetAs(&t, rq.identity), p
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if !rq.d.Allow {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)
