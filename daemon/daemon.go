@@ -89,6 +89,9 @@ type Options struct {
 	// ProbeResult records an in-sandbox probe's result (the history);
 	// nil: kept in memory and metrics only.
 	ProbeResult func(ProbeResult) error
+	// OutageRetry is the first wait before a degraded deployment's
+	// self-test runs again (it doubles up to maxOutageRetry). 0: 2s.
+	OutageRetry time.Duration
 	// Booted, when set, is called once the boot self-test has set the
 	// readiness (`egressd run` starts its command only then).
 	Booted func(Verdict)
