@@ -8,6 +8,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -42,6 +43,18 @@ type Verdict struct {
 	ControlsFailed []string
 	Err            error  // the run could not complete (counts as not sealed)
 	Note           string // what a sealed run did not cover (shown in /readyz)
+	// Incomplete: no leak found, but probes did not run or could not
+	// tell (an upstream did not answer): not a proof, and not a leak.
+	Incomplete bool
+}
+
+// outageOnly reports whether a verdict that is not sealed failed only for
+// want of answers from upstreams (positive controls failed, probes that
+// could not tell) and holds no leak. The one place that draws the line
+// between an outage and a leak: when the self-test says more exactly
+// whether a verdict holds a real leak, only this changes.
+func outageOnly(v Verdict) bool {
+	return len(v.Leaks) == 0 && (len(v.ControlsFailed) > 0 || v.Incomplete)
 }
 
 // Options wires a Daemon. Load and Logger are required.
@@ -143,6 +156,13 @@ type Daemon struct {
 	selftests     *prometheus.CounterVec
 	lastSealed    prometheus.Gauge
 	verifiedGauge prometheus.Gauge // egressd_verified
+	degradedGauge prometheus.Gauge // egressd_selftest_degraded
+	// degraded is set while a scheduled self-test of the verified policy
+	// could only fail for an outage: the policy keeps serving and the
+	// self-test runs again after retryWait (doubling).
+	degraded  atomic.Bool
+	degradeCh chan struct{} // tells Run to arm the retry
+	retryWait time.Duration // owned by Run's loop
 
 	probes *probes
 	alerts *alerter
@@ -163,14 +183,15 @@ func New(opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), booted: make(chan struct{}), watching: make(chan struct{})}
+	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), degradeCh: make(chan struct{}, 1), booted: make(chan struct{}), watching: make(chan struct{})}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back, rollback-failed)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
 	d.drift = prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_walls_drift_total", Help: "Times the kernel walls differed from the spec (tampering or drift) and were re-applied."})
 	d.verifiedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_verified", Help: "1 while the last self-test found the deployment sealed; 0 before the first, after a leak or an incomplete run, and always under --no-selftest."})
-	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verifiedGauge)
+	d.degradedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_degraded", Help: "1 while the scheduled self-test cannot prove the walls for an outage (positive controls failed, probes could not tell; no leak): the verified policy keeps serving and the self-test is retried with backoff."})
+	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verifiedGauge, d.degradedGauge)
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
 	d.probes = newProbes(d.log.With("component", "probe"), opt.ProbeResult)
@@ -421,6 +442,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		defer wt.Stop()
 		wallsTick = wt.C
 	}
+	var retry <-chan time.Time // the next self-test of a degraded deployment
 	var auditTick <-chan time.Time
 	if d.audit != nil {
 		at := time.NewTicker(time.Second)
@@ -445,6 +467,12 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			}
 		case <-tick.C:
 			d.scheduled(ctx)
+		case <-d.degradeCh:
+			retry = d.nextRetry(retry)
+		case <-retry:
+			retry = nil
+			d.scheduledAs(ctx, "outage-retry")
+			retry = d.nextRetry(retry)
 		case <-d.interval:
 			if iv := d.Policy().Selftest.Interval; iv != every {
 				every = iv
@@ -588,9 +616,36 @@ func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	}
 }
 
+// maxOutageRetry caps the backoff between the self-tests of a degraded
+// deployment.
+const maxOutageRetry = time.Minute
+
+// nextRetry arms the next self-test of a degraded deployment: after
+// OutageRetry, then twice as long each time up to maxOutageRetry. pending
+// is kept when one is armed already; nil once the deployment is sealed or
+// down for a leak.
+func (d *Daemon) nextRetry(pending <-chan time.Time) <-chan time.Time {
+	if !d.degraded.Load() {
+		d.retryWait = 0
+		return nil
+	}
+	if pending != nil {
+		return pending
+	}
+	if d.retryWait == 0 {
+		d.retryWait = cmp.Or(d.opt.OutageRetry, 2*time.Second)
+	} else {
+		d.retryWait = min(2*d.retryWait, maxOutageRetry)
+	}
+	return time.After(d.retryWait)
+}
+
 // scheduled is the drift check: a leak takes readiness away and calls the
-// webhook.
-func (d *Daemon) scheduled(ctx context.Context) {
+// webhook; an outage (outageOnly) keeps the verified policy serving,
+// degraded, and is retried by Run.
+func (d *Daemon) scheduled(ctx context.Context) { d.scheduledAs(ctx, "schedule") }
+
+func (d *Daemon) scheduledAs(ctx context.Context, trigger string) {
 	if d.opt.NoSelftest {
 		if d.opt.AllowUnverified {
 			d.log.Warn(noSelftestWarning)
@@ -602,9 +657,44 @@ func (d *Daemon) scheduled(ctx context.Context) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	p := d.Policy()
-	v := d.verify(ctx, "schedule", p)
+	v := d.verify(ctx, trigger, p)
+	if outageOnly(v) && d.verified.Load() == p && d.ready.Load() {
+		d.degrade(v)
+		return
+	}
+	if d.degraded.Swap(false) {
+		d.degradedGauge.Set(0)
+		if v.Sealed && v.Err == nil {
+			d.log.Warn("self-test sealed again: no longer degraded")
+		}
+	}
 	d.setReadiness(p, v)
 	if url := d.webhook(); (!v.Sealed || v.Err != nil) && url != "" {
+		go notify(d.log, url, v)
+	}
+}
+
+// degrade records a scheduled self-test of the verified policy that failed
+// only for an outage: nothing is proven, nothing leaked. The verified
+// policy keeps serving (only a leak takes the door down); /readyz stays
+// 200 and says degraded, the gauge is 1, and the first such run logs an
+// error and calls the webhook (control-failed, never a leak).
+func (d *Daemon) degrade(v Verdict) {
+	why := strings.Join(v.ControlsFailed, "; ")
+	if why == "" && v.Err != nil {
+		why = v.Err.Error()
+	}
+	d.setStatus(fmt.Sprintf("degraded: the last self-test could not prove the walls for an outage (not a leak): %s; the verified policy keeps serving, self-test retried with backoff", why))
+	d.degradedGauge.Set(1)
+	select {
+	case d.degradeCh <- struct{}{}: // Run arms the next try
+	default:
+	}
+	if d.degraded.Swap(true) {
+		return
+	}
+	d.log.Error("self-test degraded: an upstream does not answer, so the walls are not proven now; the verified policy keeps serving (only a leak closes the door) and the self-test is retried with backoff", "controls", v.ControlsFailed, "err", v.Err)
+	if url := d.webhook(); url != "" {
 		go notify(d.log, url, v)
 	}
 }

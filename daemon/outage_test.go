@@ -98,6 +98,7 @@ allow:
     pages: ["*"]
   - name: names
     hosts: [control.example.com]
+    cidrs: [203.0.113.0/24]
 `, up.addr)), "t.yaml")
 		}
 		o.ProxyConfig.ReadyExempt = func(ap netip.AddrPort) bool { return ap == netip.MustParseAddrPort(probeAddr) }

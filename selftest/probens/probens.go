@@ -94,6 +94,7 @@ func Verdict(rep *selftest.Report, err error) daemon.Verdict {
 	}
 	if len(u) > 0 && len(v.Leaks) == 0 && len(v.ControlsFailed) == 0 {
 		v.Err = fmt.Errorf("self-test incomplete: %s", unfinishedSummary(u, len(rep.Results)))
+		v.Incomplete = true // no leak found: not proven, and not a leak
 	}
 	if len(skipped) > 0 {
 		// Proxy-only mode proves the checkpoint and says what it did not
