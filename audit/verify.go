@@ -25,6 +25,10 @@ const (
 	Reordered Kind = "reordered" // lines out of sequence order
 	Inserted  Kind = "inserted"  // a duplicated line, or a line the writer could not have written there
 	Truncated Kind = "truncated" // the tail is missing: no seal, a cut line, or an anchor beyond the end
+	// Incomplete: the chain is intact, but a session was sealed with
+	// tunnels whose close record was never written (records lost at a
+	// stop that did not wait for them).
+	Incomplete Kind = "incomplete"
 )
 
 // ErrTampered is wrapped by every *TamperError.
@@ -101,6 +105,8 @@ type Report struct {
 	UnsealedEnds []int  // last lines of sessions that ended without a seal
 	PartialTail  bool   // Live only: an incomplete last line was ignored
 	Lost         int    // "lost" records: places where failed writes (a full disk) left lines out
+	Tunnels      int    // tunnel open records
+	OpenTunnels  int    // Live: tunnels of the last session with no close record yet
 }
 
 type header struct {

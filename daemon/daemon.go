@@ -147,6 +147,7 @@ type Daemon struct {
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
 	interval chan struct{}          // a reload changed selftest.interval
 	booted   chan struct{}          // closed once the boot self-test has set readiness
+	draining chan struct{}          // closed when a stop begins
 	watching chan struct{}          // closed once WatchReload handles SIGHUP and file changes
 	watchUp  sync.Once
 	audit    *audit.Sink
@@ -183,7 +184,7 @@ func New(opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), degradeCh: make(chan struct{}, 1), booted: make(chan struct{}), watching: make(chan struct{})}
+	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), degradeCh: make(chan struct{}, 1), draining: make(chan struct{}), booted: make(chan struct{}), watching: make(chan struct{})}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back, rollback-failed)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
@@ -484,6 +485,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 }
 
 func (d *Daemon) shutdown() error {
+	close(d.draining)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	errs := []error{d.px.Shutdown(ctx)}
@@ -548,6 +550,11 @@ func (d *Daemon) boot(ctx context.Context) {
 		d.log.Warn("not ready", "status", why)
 	}
 }
+
+// Draining is closed once a stop has begun: no new clients are
+// accepted, and open tunnels and requests have limits.shutdown_grace to
+// end before they are closed and the audit log is sealed.
+func (d *Daemon) Draining() <-chan struct{} { return d.draining }
 
 // Booted is closed once the boot self-test has run and set readiness,
 // ready or not (Ready says which): the signal to wait for instead of the

@@ -40,6 +40,22 @@ func Keys() []string {
 		KeyReason, KeyHighRisk, KeyStatus, KeyBytesIn, KeyBytesOut, KeyBytes, KeyDetail, KeyInspected}
 }
 
+// Tunnel records: every tunnel (CONNECT, transparent TLS, WebSocket) has
+// an open record when it is established and a close record when it ends,
+// both with message Msg and the same KeyTunnelID, so the audit chain can
+// tell a tunnel whose end was never recorded. They are not decisions (the
+// decision is its own record): IsDecision is false for them.
+const (
+	KeyTunnel   = "tunnel"    // TunnelOpen or TunnelClose
+	KeyTunnelID = "tunnel_id" // the tunnel's number, unique in one run of egressd
+	TunnelOpen  = "open"
+	TunnelClose = "close"
+)
+
+// TunnelKeys lists the keys only tunnel records carry (besides some of
+// Keys: identity, method, host, port, rule).
+func TunnelKeys() []string { return []string{KeyTunnel, KeyTunnelID} }
+
 // Values of KeyDecision.
 const (
 	Allow = "allow"
@@ -71,7 +87,9 @@ type Record struct {
 	Bytes     int64     `json:"bytes"`
 	Detail    string    `json:"detail"`
 	Inspected bool      `json:"inspected"`
+	Tunnel    string    `json:"tunnel"`    // tunnel records only
+	TunnelID  uint64    `json:"tunnel_id"` // tunnel records only
 }
 
 // IsDecision reports whether r is a decision record (not another log line).
-func (r *Record) IsDecision() bool { return r.Msg == Msg }
+func (r *Record) IsDecision() bool { return r.Msg == Msg && r.Tunnel == "" }
