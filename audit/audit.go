@@ -114,6 +114,10 @@ type Sink struct {
 	pending    []pendingMeta // open/recover records waiting for space
 	onChange   func(ok bool, err error)
 	reportedOK bool // the state onChange last heard (or OnChange found)
+	// tunnelsOpen is how many tunnel open records of this session have
+	// no close record written yet: the seal states it, and Verify reports
+	// a sealed session where it is not 0 as incomplete.
+	tunnelsOpen int
 }
 
 // pendingMeta is a session record that could not be written yet.
@@ -327,7 +331,7 @@ func (s *Sink) Close() error {
 	// seal and close under one lock: no record may follow the seal
 	err := s.flushLocked()
 	if err == nil {
-		err = s.metaLocked(kindSeal)
+		err = s.metaLocked(kindSeal, sealTunnelsOpen, s.tunnelsOpen)
 	}
 	if err != nil {
 		err = fmt.Errorf("audit log not sealed: %w", err)
@@ -520,7 +524,33 @@ func (h *handler) write(ctx context.Context, r slog.Record) (Anchor, error) {
 	if err != nil && s.err == nil {
 		s.lost++
 	}
+	if err == nil {
+		s.tunnelsOpen += tunnelDelta(r)
+	}
 	return a, err
+}
+
+// sealTunnelsOpen is the seal's count of tunnels whose close record was
+// never written.
+const sealTunnelsOpen = "tunnels_open"
+
+// tunnelDelta is +1 for a tunnel's open record, -1 for its close record,
+// 0 for any other.
+func tunnelDelta(r slog.Record) int {
+	d := 0
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key != event.KeyTunnel {
+			return true
+		}
+		switch a.Value.String() {
+		case event.TunnelOpen:
+			d = 1
+		case event.TunnelClose:
+			d = -1
+		}
+		return false
+	})
+	return d
 }
 
 func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {

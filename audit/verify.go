@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/egressd/egressd/event"
 )
 
 // Kind says how a log was tampered with.
@@ -97,7 +99,7 @@ type VerifyOptions struct {
 // Report describes a log that verified.
 type Report struct {
 	Lines        int    // complete lines read
-	Records      int    // decision records
+	Records      int    // decision records (tunnel open and close records are counted in Tunnels)
 	Sessions     int    // open records (one per writer start)
 	Sealed       bool   // the last line is a seal
 	Head         Anchor // the last line
@@ -205,6 +207,7 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		prevHash [32]byte
 		prevKind string
 		bad      *badLine // a malformed line awaiting its recover record
+		open     int      // the session's tunnels without a close record yet
 	)
 	fail := func(line int, k Kind, format string, args ...any) (Report, error) {
 		return rep, &TamperError{Line: line, Kind: k, Detail: fmt.Sprintf(format, args...)}
@@ -258,7 +261,10 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 				return rep, te
 			}
 		}
-		rep.count(h.kind)
+		if te := rep.countTunnels(n, h.kind, line, &open); te != nil {
+			return rep, te
+		}
+		rep.count(h.kind, line)
 		if te := anchorError(anchors, n, h.seq, sum); te != nil {
 			return rep, te
 		}
@@ -270,6 +276,7 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 	}
 	rep.Head = Anchor{Seq: prevSeq, Hash: hex.EncodeToString(prevHash[:])}
 	rep.Sealed = prevKind == kindSeal
+	rep.OpenTunnels = open
 	if rep.Lines == 0 {
 		return fail(1, Truncated, "no complete line: an audit log starts with an open record")
 	}
@@ -334,13 +341,54 @@ func sessionError(n int, kind, prevKind string, strict bool, rep *Report) *Tampe
 	return nil
 }
 
+// Tunnel records, as the JSON handler writes the keys of package event:
+// a string value's quotes are escaped, so these bytes are only ever the
+// record's own key and value.
+var (
+	tunnelOpenKV  = []byte(`"` + event.KeyTunnel + `":"` + event.TunnelOpen + `"`)
+	tunnelCloseKV = []byte(`"` + event.KeyTunnel + `":"` + event.TunnelClose + `"`)
+)
+
+// countTunnels follows the session's open tunnels (open) over line n of
+// kind: an open record adds one, a close record takes one; a seal must
+// state the same count, and a sealed session with a tunnel that has no
+// close record is incomplete (its end was never recorded).
+func (rep *Report) countTunnels(n int, kind string, line []byte, open *int) *TamperError {
+	switch kind {
+	case kindOpen:
+		*open = 0 // a crash ended the last session: its tunnels ended with it
+	case kindRecord:
+		switch {
+		case bytes.Contains(line, tunnelOpenKV):
+			*open++
+			rep.Tunnels++
+		case bytes.Contains(line, tunnelCloseKV):
+			*open--
+		}
+	case kindSeal:
+		var seal struct {
+			Open *int `json:"tunnels_open"`
+		}
+		json.Unmarshal(line, &seal) //nolint:errcheck // parseHeader checked it is one JSON object
+		if seal.Open != nil && *seal.Open != *open {
+			return tamper(n, Incomplete, "the seal states %d open tunnel(s), the session's records leave %d", *seal.Open, *open)
+		}
+		if *open > 0 {
+			return tamper(n, Incomplete, "sealed with %d tunnel(s) whose close record was never written: their end is not in the log", *open)
+		}
+	}
+	return nil
+}
+
 // count counts a line of kind in the report's totals.
-func (rep *Report) count(kind string) {
+func (rep *Report) count(kind string, line []byte) {
 	switch kind {
 	case kindOpen:
 		rep.Sessions++
 	case kindRecord:
-		rep.Records++
+		if !bytes.Contains(line, tunnelOpenKV) && !bytes.Contains(line, tunnelCloseKV) {
+			rep.Records++ // a decision
+		}
 	case kindLost:
 		rep.Lost++
 	}

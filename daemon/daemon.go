@@ -144,6 +144,7 @@ type Daemon struct {
 	// the policy that decided each request: swap and gate are one step.
 	verified atomic.Pointer[policy.Policy]
 	ready    atomic.Bool            // the walls' last self-test (boot, scheduled) sealed
+	stopping atomic.Bool            // a stop is draining: /readyz 503, the door still serves what is open
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
 	interval chan struct{}          // a reload changed selftest.interval
 	booted   chan struct{}          // closed once the boot self-test has set readiness
@@ -254,6 +255,9 @@ func (d *Daemon) Ready() (bool, string) {
 	if refuse, note := d.auditState(d.Policy()); note != "" {
 		ok = ok && !refuse
 		why = note + "; " + why
+	}
+	if d.stopping.Load() {
+		ok, why = false, "stopping: draining open tunnels and requests, then sealing; "+why
 	}
 	return ok, why
 }
@@ -484,19 +488,37 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	}
 }
 
+// recordWait bounds how long a stop waits, after the grace, for closed
+// tunnels to write their last records before it seals without them (the
+// seal then counts them, and `audit verify` reports the log incomplete).
+const recordWait = 10 * time.Second
+
+// shutdown drains, then seals: no new clients from now on (listeners
+// closed, /readyz 503 "stopping"); open tunnels and requests get
+// limits.shutdown_grace to end; the rest are closed; every tunnel's last
+// records are written; only then is the audit log sealed.
 func (d *Daemon) shutdown() error {
 	close(d.draining)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	errs := []error{d.px.Shutdown(ctx)}
+	start := time.Now()
+	grace := d.Policy().Limits.ShutdownGrace
+	d.stopping.Store(true)
 	for _, c := range d.closers {
 		c.Close()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace+recordWait)
+	defer cancel()
+	var errs []error
 	if d.dns != nil {
 		errs = append(errs, d.dns.Shutdown(ctx))
 	}
+	d.log.Info("stopping: accepting no new clients; open tunnels and requests may finish", "tunnels", d.px.OpenTunnels(), "grace", grace)
+	cut, err := d.px.Drain(ctx, grace)
+	errs = append(errs, err)
+	d.log.Info("drained", "closed_at_grace", cut, "tunnels_unrecorded", d.px.OpenTunnels(), "duration", time.Since(start).Round(time.Millisecond))
 	if d.admin != nil {
-		errs = append(errs, d.admin.Shutdown(ctx))
+		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+		errs = append(errs, d.admin.Shutdown(actx))
+		acancel()
 	}
 	d.log.Info("stopped: the nftables walls, if any, stay in place (egressd nft down removes them)")
 	if d.audit != nil {

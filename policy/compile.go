@@ -64,11 +64,12 @@ const (
 	defaultResponseHeaderTimeout = 60 * time.Second
 	defaultResponseHeaderBytes   = 256 << 10
 	defaultResponseIdleTimeout   = 60 * time.Second
+	defaultResponseTimeout       = time.Hour
+
 	// defaultShutdownGrace: the drain a stop allows open tunnels; the
 	// unit's TimeoutStopSec and the pod's terminationGracePeriodSeconds
 	// leave room beyond it for closing, the last records and the seal.
 	defaultShutdownGrace = 30 * time.Second
-	defaultResponseTimeout       = time.Hour
 )
 
 var defaultPorts = []portRange{{80, 80}, {443, 443}}

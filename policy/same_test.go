@@ -82,4 +82,3 @@ allow:
 		t.Error("nil is Same as a policy")
 	}
 }
-

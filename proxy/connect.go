@@ -104,12 +104,13 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		return
 	}
 	ctx := context.WithoutCancel(r.Context()) // net/http cancels it when ServeHTTP returns
+	closed := x.tunnelOpened(ctx, rq)
 	// The tunnel can stay open for hours: it runs on a fresh goroutine and
 	// net/http's connection goroutine ends, with its deep stack and buffers.
 	if rq.d.Inspect {
-		go x.inspect(ctx, sc, pre, rq, t.Port)
+		go func() { defer closed(); x.inspect(ctx, sc, pre, rq, t.Port) }()
 	} else {
-		go x.splice(ctx, sc, up, pre, rq)
+		go func() { defer closed(); x.splice(ctx, sc, up, pre, rq) }()
 	}
 }
 

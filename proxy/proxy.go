@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -133,6 +132,8 @@ type Proxy struct {
 	helloTimeout time.Duration
 
 	acceptLog rateLog
+
+	book tunnelBook // tunnels whose close record is not written yet
 
 	mu      sync.Mutex
 	self    map[netip.AddrPort]bool // egressd's own listeners (proxy loop)
@@ -307,18 +308,11 @@ func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
 	return srv.Serve(&scanListener{Listener: shed, x: x, name: l.Addr().String()})
 }
 
-// Shutdown stops accepting, closes open tunnels, and waits for requests.
+// Shutdown stops accepting, closes open tunnels at once, and waits, until
+// ctx ends, for their last records (Drain with no grace).
 func (x *Proxy) Shutdown(ctx context.Context) error {
-	x.mu.Lock()
-	srvs := x.servers
-	x.mu.Unlock()
-	x.ids.closeAll()
-	x.up.closeIdle()
-	var errs []error
-	for _, s := range srvs {
-		errs = append(errs, s.Shutdown(ctx))
-	}
-	return errors.Join(errs...)
+	_, err := x.Drain(ctx, 0)
+	return err
 }
 
 // scanListener wraps each accepted connection in a scanConn, and logs and

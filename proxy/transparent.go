@@ -146,7 +146,8 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	client := &replayConn{Conn: c, pre: raw}
 	x.ids.addTunnel(rq.identity, c, rq)
 	x.m.tunnels.Inc()
-	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec() }()
+	closed := x.tunnelOpened(ctx, rq)
+	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec(); closed() }()
 	if !rq.d.Inspect {
 		if slices.Contains(hello.Extensions, extECH) {
 			x.cut(ctx, rq, policy.ReasonECH, policy.ReasonECH.Help())

@@ -55,7 +55,7 @@ func TestAuditVerifyCommand(t *testing.T) {
 		wantCode int
 		wantOut  string
 	}{
-		{"intact", []string{clean}, exitOK, "intact: 5 lines, 3 decisions, 1 session(s), sealed; head 5:"},
+		{"intact", []string{clean}, exitOK, "intact: 5 lines, 3 decisions, 0 tunnel(s), 1 session(s), sealed; head 5:"},
 		{"edited in the middle", []string{write("edited", lines[0], lines[1], edited, lines[3], lines[4])}, exitDeny, ":3: tampered: edited:"},
 		{"removed line", []string{write("removed", lines[0], lines[1], lines[3], lines[4])}, exitDeny, ":3: tampered: removed:"},
 		{"reordered", []string{write("reordered", lines[0], lines[2], lines[1], lines[3], lines[4])}, exitDeny, ":2: tampered: reordered:"},
