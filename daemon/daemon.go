@@ -46,6 +46,9 @@ type Verdict struct {
 	// Incomplete: no leak found, but probes did not run or could not
 	// tell (an upstream did not answer): not a proof, and not a leak.
 	Incomplete bool
+	// HistoryErr: the run could not be written to the self-test history
+	// (a read-only or full state directory): evidence lost, shown.
+	HistoryErr error
 }
 
 // outageOnly reports whether a verdict that is not sealed failed only for
@@ -102,6 +105,14 @@ type Options struct {
 	// ProbeResult records an in-sandbox probe's result (the history);
 	// nil: kept in memory and metrics only.
 	ProbeResult func(ProbeResult) error
+	// CACheck reads egressd's CA back from the state directory (nil: no
+	// check): a key deleted or corrupted at runtime is reported every
+	// CAInterval (0: a minute), not at the next restart that refuses to
+	// start.
+	CACheck    func() error
+	CAInterval time.Duration
+	// notifyHook replaces the webhook POST (tests): it gets the event.
+	notifyHook func(event string)
 	// OutageRetry is the first wait before a degraded deployment's
 	// self-test runs again (it doubles up to maxOutageRetry). 0: 2s.
 	OutageRetry time.Duration
