@@ -180,6 +180,10 @@ type Daemon struct {
 	probes *probes
 	alerts *alerter
 
+	vis     visible
+	notesMu sync.Mutex
+	notes   map[string]string // degradations /readyz names, by kind
+
 	proxyAddr, dnsAddr, adminAddr string
 	closers                       []io.Closer
 }
@@ -205,9 +209,15 @@ func New(opt Options) (*Daemon, error) {
 	d.verifiedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_verified", Help: "1 while the last self-test found the deployment sealed; 0 before the first, after a leak or an incomplete run, and always under --no-selftest."})
 	d.degradedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_degraded", Help: "1 while the scheduled self-test cannot prove the walls for an outage (positive controls failed, probes could not tell; no leak): the verified policy keeps serving and the self-test is retried with backoff."})
 	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verifiedGauge, d.degradedGauge)
+	d.notes = map[string]string{}
+	d.registerVisible()
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
-	d.probes = newProbes(d.log.With("component", "probe"), opt.ProbeResult)
+	save := opt.ProbeResult
+	if save != nil { // an in-sandbox probe's run that cannot be recorded is shown
+		save = func(r ProbeResult) error { err := opt.ProbeResult(r); d.historyResult(err); return err }
+	}
+	d.probes = newProbes(d.log.With("component", "probe"), save)
 	d.probes.setPolicy(p)
 	d.reg.MustRegister(d.probes)
 	d.reg.MustRegister(opt.Collectors...)
@@ -265,6 +275,9 @@ func (d *Daemon) Ready() (bool, string) {
 	ok, why := d.ready.Load() && d.verified.Load() == d.pol.Load(), *d.status.Load()
 	if refuse, note := d.auditState(d.Policy()); note != "" {
 		ok = ok && !refuse
+		why = note + "; " + why
+	}
+	if note := d.degradedNote(); note != "" {
 		why = note + "; " + why
 	}
 	if d.stopping.Load() {
@@ -458,6 +471,8 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		defer wt.Stop()
 		wallsTick = wt.C
 	}
+	caTick, caStop := d.caTicker()
+	defer caStop()
 	var retry <-chan time.Time // the next self-test of a degraded deployment
 	var auditTick <-chan time.Time
 	if d.audit != nil {
@@ -471,6 +486,8 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			return d.shutdown()
 		case <-wallsTick:
 			d.checkWalls(ctx)
+		case <-caTick:
+			d.checkCA()
 		case <-auditTick:
 			// refused traffic may be all there is: try again on our own
 			if ok, _ := d.audit.OK(); !ok {
@@ -602,6 +619,7 @@ func (d *Daemon) Watching() <-chan struct{} { return d.watching }
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {
 	start := time.Now()
 	v := d.opt.Verify(ctx, p)
+	d.historyResult(v.HistoryErr)
 	result := "sealed"
 	switch {
 	case len(v.Leaks) > 0:

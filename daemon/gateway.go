@@ -91,6 +91,8 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink,
 		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult}
 	opt.ProxyConfig.ReadyExempt = g.ReadyExempt
+	caDir := filepath.Join(g.StateDir, "ca")
+	opt.CACheck = func() error { return sameCA(caDir, authority) }
 	if g.Walls != nil {
 		ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {
 			s, err := g.Walls(p)
@@ -121,6 +123,20 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	}
 	out.Daemon = d
 	return out, nil
+}
+
+// sameCA reads the CA in dir back and checks it is the one egressd serves
+// with: a key deleted, corrupted or replaced at runtime is found now, not
+// by the next start.
+func sameCA(dir string, serving *ca.CA) error {
+	onDisk, err := ca.Load(dir)
+	if err != nil {
+		return err
+	}
+	if !onDisk.Certificate().Equal(serving.Certificate()) {
+		return fmt.Errorf("%s holds another CA than the one egressd serves with: sandboxes trust this one, and the next start would use that one", dir)
+	}
+	return nil
 }
 
 // WallSpec renders the kernel walls for a policy: sandboxes (by interface

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 )
@@ -114,4 +117,30 @@ func testSeries(t *testing.T, c prometheus.Collector) int {
 	c.Collect(ch)
 	close(ch)
 	return len(ch)
+}
+
+// TestSameCA: the gateway's CA check passes while the state directory
+// holds the CA egressd serves with, and names a deleted key or another CA.
+func TestSameCA(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	serving, err := ca.LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sameCA(dir, serving); err != nil {
+		t.Fatalf("the CA in place: %v", err)
+	}
+	other, err := ca.LoadOrCreate(filepath.Join(t.TempDir(), "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sameCA(dir, other); err == nil || !strings.Contains(err.Error(), "another CA") {
+		t.Errorf("a CA other than the one serving: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, ca.KeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sameCA(dir, serving); err == nil || !strings.Contains(err.Error(), ca.CertFile) {
+		t.Errorf("the key deleted: %v, want an error naming the half left", err)
+	}
 }

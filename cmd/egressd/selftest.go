@@ -74,12 +74,11 @@ func wireSelftest(opt *daemon.Gateway, stateDir string) {
 	opt.ReadyExempt = probens.Conns.Has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
 		rep, mode, err := runSelftest(ctx, p, stateDir, walls, false)
-		if err == nil {
-			if herr := recordRun(stateDir, "serve", mode, p, rep); herr != nil && log != nil {
-				log.Error("self-test history", "err", herr)
-			}
-		}
 		v := probens.Verdict(rep, err)
+		if err == nil {
+			// the daemon counts and shows a history it cannot write
+			v.HistoryErr = recordRun(stateDir, "serve", mode, p, rep)
+		}
 		if rep != nil && log != nil && !v.Sealed {
 			for _, r := range append(rep.Failures(), rep.Unfinished()...) {
 				log.LogAttrs(ctx, slog.LevelError, "self-test probe", slog.String("probe", r.ID), slog.String("status", string(r.Status)),
