@@ -539,10 +539,10 @@ func (d *Daemon) shutdown() error {
 	if d.dns != nil {
 		errs = append(errs, d.dns.Shutdown(ctx))
 	}
-	d.log.Info("stopping: accepting no new clients; open tunnels and requests may finish", "tunnels", d.px.OpenTunnels(), "grace", grace)
+	d.log.Info("stopping: accepting no new clients; open tunnels and requests may finish", "tunnels", d.px.OpenTunnels(), "grace", grace.String())
 	cut, err := d.px.Drain(ctx, grace)
 	errs = append(errs, err)
-	d.log.Info("drained", "closed_at_grace", cut, "tunnels_unrecorded", d.px.OpenTunnels(), "duration", time.Since(start).Round(time.Millisecond))
+	d.log.Info("drained", "closed_at_grace", cut, "tunnels_unrecorded", d.px.OpenTunnels(), "duration", time.Since(start).Round(time.Millisecond).String())
 	if d.admin != nil {
 		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
 		errs = append(errs, d.admin.Shutdown(actx))
