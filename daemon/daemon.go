@@ -504,7 +504,9 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			retry = d.nextRetry(retry)
 		case <-retry:
 			retry = nil
-			d.scheduledAs(ctx, "outage-retry")
+			if d.degraded.Load() { // not sealed (or leaked) meanwhile
+				d.scheduledAs(ctx, "outage-retry")
+			}
 			retry = d.nextRetry(retry)
 		case <-d.interval:
 			if iv := d.Policy().Selftest.Interval; iv != every {

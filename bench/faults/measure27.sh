@@ -46,6 +46,12 @@ HTTP=18080 ECHO=18081 PP=13128 AP=19090
 PIDS+=($!)
 for i in $(seq 100); do grep -q listening "$W/origin.log" && break; sleep 0.1; done
 
+# A build without limits.shutdown_grace (before issue 27) refuses the key:
+# it then runs without it (its stop does not drain).
+GRACE="shutdown_grace: ${M27_GRACE:-5s}"
+printf 'version: 1\nlimits:\n  %s\n' "$GRACE" > "$W/grace.yaml"
+"$BIN" validate --config "$W/grace.yaml" > /dev/null 2>&1 || { GRACE="# no limits.shutdown_grace in this build"; echo "note: this build has no limits.shutdown_grace"; }
+
 # config N writes a config whose extra rule names port 20000+N: each N is a
 # real change of the policy (a new self-test), the same N is not.
 config() {
@@ -54,10 +60,12 @@ version: 1
 listen: {proxy: "127.0.0.1:$PP", admin: "127.0.0.1:$AP"}
 resolver: {upstreams: ["127.0.0.1:9"]}
 allow:
-  - {name: origin, cidrs: [127.0.0.1/32], ports: [$HTTP, $ECHO, 443], pages: ["*"], tls: false}
+  - {name: origin, cidrs: [127.0.0.1/32], ports: [$HTTP], pages: ["*"]}
+  - {name: echo, cidrs: [127.0.0.1/32], ports: [$ECHO], tls: false}
+  - {name: tunnelable, cidrs: [127.0.0.1/32], ports: [443]}
   - {name: extra, cidrs: [127.0.0.1/32], ports: [$((20000 + $1))]}
 limits:
-  shutdown_grace: ${M27_GRACE:-5s}
+  $GRACE
   conns_per_identity: 100000
   client_conns_per_identity: 100000
 EOC
