@@ -39,6 +39,11 @@
 //     line is then found. Lines after the newest anchor stay unprotected.
 //   - The content of the final line (the seal's time) is not covered by any
 //     later hash; only an anchor covers it.
+//   - With a signing key (OpenWith, Options.Sign; sign.go), signed
+//     checkpoint lines follow every open, seal and recover record and at
+//     most every Records lines or Interval, and Verify with the public key
+//     fails a consistent rewrite at the first line no valid signature
+//     covers. Whoever holds the private key can still sign anything.
 //
 // Lines reach the kernel with one write(2) each, so a process crash loses
 // nothing already logged; a power loss may lose what the page cache held, and
@@ -113,7 +118,8 @@ type Sink struct {
 	lost       int           // records not written since the last good write
 	pending    []pendingMeta // open/recover records waiting for space
 	onChange   func(ok bool, err error)
-	reportedOK bool // the state onChange last heard (or OnChange found)
+	reportedOK bool    // the state onChange last heard (or OnChange found)
+	sign       *signer // signed checkpoints (sign.go); nil: none
 	// tunnelsOpen is how many tunnel open records of this session have
 	// no close record written yet: the seal states it, and Verify reports
 	// a sealed session where it is not 0 as incomplete.
@@ -129,10 +135,20 @@ type pendingMeta struct {
 // NewSink starts a new chain on w (seq 1 is an "open" record, written now).
 // Use it for writers that cannot be read back; Open resumes files. Close
 // writes the seal but does not close w.
-func NewSink(w io.Writer) (*Sink, error) {
-	s := &Sink{w: w, now: time.Now, reportedOK: true}
+func NewSink(w io.Writer) (*Sink, error) { return NewSinkWith(w, Options{}) }
+
+// NewSinkWith is NewSink with options (signed checkpoints).
+func NewSinkWith(w io.Writer, o Options) (*Sink, error) {
+	sg, err := newSigner(o.Sign)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{w: w, now: time.Now, reportedOK: true, sign: sg}
 	if err := s.session(kindOpen, "previous", "new"); err != nil {
 		return nil, err
+	}
+	if sg != nil {
+		s.startTicker()
 	}
 	return s, nil // failing (see OK) if the open record could not be written yet
 }
@@ -143,7 +159,16 @@ func NewSink(w io.Writer) (*Sink, error) {
 // the previous session ended with a seal. A last line cut short by a crash is
 // terminated and acknowledged by a "recover" record. A file whose last line
 // is not an audit line is refused, never appended to.
-func Open(path string) (*Sink, error) {
+func Open(path string) (*Sink, error) { return OpenWith(path, Options{}) }
+
+// OpenWith is Open with options: with o.Sign, a signed checkpoint follows
+// every open, seal and recover record and at most every Records lines or
+// Interval.
+func OpenWith(path string, o Options) (*Sink, error) {
+	sg, err := newSigner(o.Sign)
+	if err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
@@ -152,10 +177,13 @@ func Open(path string) (*Sink, error) {
 		f.Close()
 		return nil, fmt.Errorf("open audit log %s: lock: %w (is another egressd writing it?)", path, err)
 	}
-	s := &Sink{w: f, f: f, now: time.Now, reportedOK: true}
+	s := &Sink{w: f, f: f, now: time.Now, reportedOK: true, sign: sg}
 	if err := s.resume(path); err != nil {
 		f.Close()
 		return nil, err
+	}
+	if sg != nil {
+		s.startTicker()
 	}
 	return s, nil
 }
@@ -194,7 +222,10 @@ func (s *Sink) resume(path string) error {
 		s.seq, s.prev = h.seq, sha256.Sum256(last)
 		if h.kind == kindSeal {
 			previous = "sealed"
+		} else if c, err := ParseCheckpoint(last); err == nil && c.At == AtSeal {
+			previous = "sealed"
 		}
+		s.rotation(complete)
 	} else if n < fi.Size() {
 		return fmt.Errorf("open audit log %s: no line break in the last %d bytes: not an egressd audit log; move it aside", path, n)
 	}
@@ -234,12 +265,18 @@ func (s *Sink) session(kind string, kv ...any) error {
 // flushLocked writes what failing writes left behind — queued session
 // records, then a "lost" record — before the next line.
 func (s *Sink) flushLocked() error {
+	if err := s.owedLocked(); err != nil {
+		return err
+	}
 	for len(s.pending) > 0 {
 		m := s.pending[0]
 		if err := s.metaLocked(m.kind, m.kv...); err != nil {
 			return err
 		}
 		s.pending = s.pending[1:]
+		if err := s.owedLocked(); err != nil {
+			return err
+		}
 	}
 	if s.lost > 0 {
 		if err := s.metaLocked(kindLost, "lines", s.lost); err != nil {
@@ -323,6 +360,7 @@ func (s *Sink) unlock() {
 // Close ends the session with a seal record and, for a file from Open, syncs,
 // unlocks and closes it. Records logged after Close are not written.
 func (s *Sink) Close() error {
+	s.stopTicker()
 	s.mu.Lock()
 	defer s.unlock()
 	if s.closed {
@@ -332,6 +370,9 @@ func (s *Sink) Close() error {
 	err := s.flushLocked()
 	if err == nil {
 		err = s.metaLocked(kindSeal, sealTunnelsOpen, s.tunnelsOpen)
+	}
+	if err == nil {
+		err = s.owedLocked() // the seal's checkpoint
 	}
 	if err != nil {
 		err = fmt.Errorf("audit log not sealed: %w", err)
@@ -388,8 +429,14 @@ func (s *Sink) metaLocked(kind string, kv ...any) error {
 		}
 	}
 	b = append(b, '}')
-	_, err := s.emit(kind, b)
-	return err
+	if _, err := s.emit(kind, b); err != nil {
+		return err
+	}
+	s.signedLine(kind)
+	if kind != kindSeal {
+		s.owedLocked() //nolint:errcheck // a checkpoint that fails stays owed: the next line written
+	}
+	return nil
 }
 
 func (s *Sink) usable() error {
@@ -526,6 +573,8 @@ func (h *handler) write(ctx context.Context, r slog.Record) (Anchor, error) {
 	}
 	if err == nil {
 		s.tunnelsOpen += tunnelDelta(r)
+		s.signedLine(kindRecord)
+		s.owedLocked() //nolint:errcheck // stays owed; the record itself was written
 	}
 	return a, err
 }

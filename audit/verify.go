@@ -3,7 +3,9 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -27,6 +29,7 @@ const (
 	Reordered Kind = "reordered" // lines out of sequence order
 	Inserted  Kind = "inserted"  // a duplicated line, or a line the writer could not have written there
 	Truncated Kind = "truncated" // the tail is missing: no seal, a cut line, or an anchor beyond the end
+	Unsigned  Kind = "unsigned"  // with a key: no valid signature covers the line
 	// Incomplete: the chain is intact, but a session was sealed with
 	// tunnels whose close record was never written (records lost at a
 	// stop that did not wait for them).
@@ -94,6 +97,11 @@ type VerifyOptions struct {
 	// Anchors are heads recorded elsewhere; each must name a line of the log
 	// with exactly that hash.
 	Anchors []Anchor
+	// Key, when set, requires every line to be covered by a checkpoint
+	// signed by Key or by a key announced (rotation) in a checkpoint that
+	// Key, or a key it announced, signed. With Live, lines after the last
+	// checkpoint are reported (Report.UnsignedFrom) rather than refused.
+	Key ed25519.PublicKey
 }
 
 // Report describes a log that verified.
@@ -109,6 +117,12 @@ type Report struct {
 	Lost         int    // "lost" records: places where failed writes (a full disk) left lines out
 	Tunnels      int    // tunnel open records
 	OpenTunnels  int    // Live: tunnels of the last session with no close record yet
+
+	Checkpoints    int         // checkpoint lines
+	LastCheckpoint *Checkpoint // the last one, nil if none
+	SignedLines    int         // with Key: lines 1..SignedLines are covered by a valid signature
+	UnsignedFrom   int         // with Key and Live: the first line of the unsigned tail (0: none)
+	KeyIDs         []string    // with Key: the keys that signed, in order (more than one after a rotation)
 }
 
 type header struct {
@@ -144,7 +158,7 @@ func parseHeader(line []byte) (header, error) {
 	}
 	kind, rest, ok := bytes.Cut(rest, []byte{'"'})
 	switch k := string(kind); k {
-	case kindOpen, kindRecord, kindSeal, kindRecover, kindLost:
+	case kindOpen, kindRecord, kindSeal, kindRecover, kindLost, kindCheckpoint:
 		h.kind = k
 	default:
 		return h, fmt.Errorf("unknown audit kind %.20q", kind)
@@ -206,8 +220,10 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		prevSeq  uint64
 		prevHash [32]byte
 		prevKind string
-		bad      *badLine // a malformed line awaiting its recover record
-		open     int      // the session's tunnels without a close record yet
+		bad      *badLine            // a malformed line awaiting its recover record
+		sealed   bool                // the last line other than a checkpoint is a seal
+		kr       = newKeyring(o.Key) // nil without a key
+		open     int                 // the session's tunnels without a close record yet
 	)
 	fail := func(line int, k Kind, format string, args ...any) (Report, error) {
 		return rep, &TamperError{Line: line, Kind: k, Detail: fmt.Sprintf(format, args...)}
@@ -250,16 +266,11 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 			}
 			rep.Recovered = append(rep.Recovered, bad.line)
 			bad = nil
-		} else {
-			if h.kind == kindRecover {
-				return fail(n, Inserted, "a recover record with no damaged line before it")
-			}
-			if te := chainError(lr, n, h, sum, prevSeq, prevHash); te != nil {
-				return rep, te
-			}
-			if te := sessionError(n, h.kind, prevKind, o.Strict, &rep); te != nil {
-				return rep, te
-			}
+		} else if te := lineError(lr, n, h, sum, prevSeq, prevHash, prevKind, sealed, o.Strict, &rep); te != nil {
+			return rep, te
+		}
+		if sealed, err = afterLine(line, n, h.kind, prevKind, sealed, kr, &rep); err != nil {
+			return rep, err
 		}
 		if te := rep.countTunnels(n, h.kind, line, &open); te != nil {
 			return rep, te
@@ -275,7 +286,7 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		return bad.fail(rep)
 	}
 	rep.Head = Anchor{Seq: prevSeq, Hash: hex.EncodeToString(prevHash[:])}
-	rep.Sealed = prevKind == kindSeal
+	rep.Sealed = sealed
 	rep.OpenTunnels = open
 	if rep.Lines == 0 {
 		return fail(1, Truncated, "no complete line: an audit log starts with an open record")
@@ -286,7 +297,22 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 	if !rep.Sealed && !o.Live {
 		return fail(rep.Lines+1, Truncated, "the log ends after line %d (seq %d) without a seal: its tail was removed, or egressd is still writing it (verify with --live) or stopped without closing it", rep.Lines, prevSeq)
 	}
+	if te := kr.finish(&rep, o.Live); te != nil {
+		return rep, te
+	}
 	return rep, nil
+}
+
+// lineError checks line n (not excused as crash damage): no stray
+// recover record, the chain, and the session's record kinds.
+func lineError(lr *lineReader, n int, h header, sum [32]byte, prevSeq uint64, prevHash [32]byte, prevKind string, sealed, strict bool, rep *Report) *TamperError {
+	if h.kind == kindRecover {
+		return tamper(n, Inserted, "a recover record with no damaged line before it")
+	}
+	if te := chainError(lr, n, h, sum, prevSeq, prevHash); te != nil {
+		return te
+	}
+	return sessionError(n, h.kind, prevKind, sealed, strict, rep)
 }
 
 // tamper makes the error for line n.
@@ -326,13 +352,13 @@ func chainError(lr *lineReader, n int, h header, sum [32]byte, prevSeq uint64, p
 // sessionError checks the record kinds around line n: a log opens, a seal
 // ends a session, and a new session after an unsealed one is noted in rep
 // (an error when strict).
-func sessionError(n int, kind, prevKind string, strict bool, rep *Report) *TamperError {
+func sessionError(n int, kind, prevKind string, sealed, strict bool, rep *Report) *TamperError {
 	switch {
 	case n == 1 && kind != kindOpen:
 		return tamper(n, Edited, "the first line is a %q record, not an open record", kind)
-	case prevKind == kindSeal && kind != kindOpen:
-		return tamper(n, Inserted, "a %q record after the seal of line %d: a closed session was appended to", kind, n-1)
-	case kind == kindOpen && n > 1 && prevKind != kindSeal:
+	case sealed && kind != kindOpen && (kind != kindCheckpoint || prevKind != kindSeal):
+		return tamper(n, Inserted, "a %q record after a seal: a closed session was appended to", kind)
+	case kind == kindOpen && n > 1 && !sealed:
 		if strict {
 			return tamper(n-1, Truncated, "the session ends here without a seal, and line %d opens another: a crash, a kill, or a truncated tail", n)
 		}
@@ -450,4 +476,91 @@ func lookahead(lr *lineReader, lo, hi uint64) (int, bool) {
 			return lr.line, true
 		}
 	}
+}
+
+// keyring follows the signing key through rotations: the key trusted now,
+// and the ones rotated away from, whose signatures no longer count.
+type keyring struct {
+	cur     ed25519.PublicKey
+	curID   string
+	ids     []string
+	retired map[string]bool
+}
+
+func newKeyring(pub ed25519.PublicKey) *keyring {
+	if pub == nil {
+		return nil
+	}
+	return &keyring{cur: pub, curID: KeyID(pub), ids: []string{KeyID(pub)}, retired: map[string]bool{}}
+}
+
+// afterLine checks a checkpoint line (kind) and returns whether the log
+// is sealed after line n: a seal, or the checkpoint after one.
+func afterLine(line []byte, n int, kind, prevKind string, sealed bool, kr *keyring, rep *Report) (bool, error) {
+	if kind != kindCheckpoint {
+		return kind == kindSeal, nil
+	}
+	if te := checkCheckpoint(line, n, prevKind, kr, rep); te != nil {
+		return sealed, te
+	}
+	return sealed, nil
+}
+
+// checkCheckpoint checks the checkpoint at line n (after a line of kind
+// prevKind): its form, that it follows what its "at" says, and with a
+// keyring its signature, which then covers every line up to n.
+func checkCheckpoint(line []byte, n int, prevKind string, kr *keyring, rep *Report) *TamperError {
+	c, err := ParseCheckpoint(line)
+	if err != nil {
+		return tamper(n, Malformed, "%v", err)
+	}
+	switch {
+	case c.At == AtInterval && (prevKind == kindSeal || prevKind == kindCheckpoint):
+		return tamper(n, Inserted, "an interval checkpoint after a %s line", prevKind)
+	case c.At != AtInterval && c.At != prevKind:
+		return tamper(n, Inserted, "a checkpoint at %s after a %s line", c.At, prevKind)
+	}
+	rep.Checkpoints++
+	rep.LastCheckpoint = c
+	if kr == nil {
+		return nil
+	}
+	uncovered := func(why string, args ...any) *TamperError {
+		return tamper(rep.SignedLines+1, Unsigned, "no valid signature covers lines %d-%d: the checkpoint at line %d (seq %d) %s",
+			rep.SignedLines+1, n, n, c.Seq, fmt.Sprintf(why, args...))
+	}
+	switch {
+	case c.KeyID != kr.curID && kr.retired[c.KeyID]:
+		return uncovered("is signed by key %s, which an earlier checkpoint rotated away from", c.KeyID)
+	case c.KeyID != kr.curID:
+		return uncovered("is signed by key %s, not by %s (the key given, or the last key it announced)", c.KeyID, kr.curID)
+	case !c.Verify(kr.cur):
+		return uncovered("does not verify with key %s: lines it covers, or the checkpoint itself, were changed", c.KeyID)
+	}
+	rep.SignedLines = n
+	if c.NextKey != "" {
+		pub, _ := base64.StdEncoding.DecodeString(c.NextKey) // ParseCheckpoint checked it
+		kr.retired[kr.curID] = true
+		kr.cur, kr.curID = pub, KeyID(pub)
+		kr.ids = append(kr.ids, kr.curID)
+	}
+	return nil
+}
+
+// finish checks, with a key (kr not nil), that signatures cover the whole
+// log: a closed log must end covered; a live one's unsigned tail is
+// reported.
+func (kr *keyring) finish(rep *Report, live bool) *TamperError {
+	if kr == nil {
+		return nil
+	}
+	rep.KeyIDs = kr.ids
+	if rep.SignedLines >= rep.Lines {
+		return nil
+	}
+	if !live {
+		return tamper(rep.SignedLines+1, Unsigned, "no signature covers lines %d-%d: the log ends without a checkpoint after them (one was removed, or lines were appended by someone without the key)", rep.SignedLines+1, rep.Lines)
+	}
+	rep.UnsignedFrom = rep.SignedLines + 1
+	return nil
 }

@@ -94,12 +94,16 @@ func newAlerter(log *slog.Logger, hook func() (string, time.Duration)) *alerter 
 // attempt is proxy.Config.Alert: log, count, queue; never blocks.
 func (a *alerter) attempt(at proxy.Attempt) {
 	kind := "high-risk"
-	if !at.HighRisk {
+	switch {
+	case at.Honeytoken != "":
+		kind = "honeytoken"
+	case !at.HighRisk:
 		kind = "evaluation"
 	}
 	a.total.WithLabelValues(a.seriesIdentity(at.Identity), kind).Inc()
 	a.log.Error("alert: "+kind+" attempt", "identity", at.Identity, "method", at.Method, "host", at.Host, "port", at.Port,
-		"decision", at.Decision, "reason", at.Reason, "high_risk", at.HighRisk, "evaluation", at.Evaluation)
+		"decision", at.Decision, "reason", at.Reason, "high_risk", at.HighRisk, "evaluation", at.Evaluation,
+		"honeytoken", at.Honeytoken, "honeytoken_of", at.HoneytokenOf, "where", at.Where)
 	select {
 	case a.ch <- at:
 	default:

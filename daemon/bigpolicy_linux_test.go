@@ -12,11 +12,10 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -103,29 +102,12 @@ func benchServe(b *testing.B, path string) {
 // and CPU seconds and the peak RSS since.
 func measureStep() func(b *testing.B, name string) {
 	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // resets VmHWM to the RSS now
-	cpu, start := cpuSeconds(), time.Now()
+	cpu, start := testutil.CPUSeconds(), time.Now()
 	return func(b *testing.B, name string) {
 		b.ReportMetric(time.Since(start).Seconds(), "s/"+name)
-		b.ReportMetric(cpuSeconds()-cpu, "s-cpu/"+name)
-		b.ReportMetric(peakRSSMiB(), "MiB-peak-rss/"+name)
+		b.ReportMetric(testutil.CPUSeconds()-cpu, "s-cpu/"+name)
+		b.ReportMetric(testutil.PeakRSSMiB(), "MiB-peak-rss/"+name)
 	}
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
-}
-
-func peakRSSMiB() float64 {
-	b, _ := os.ReadFile("/proc/self/status")
-	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return float64(kb) / 1024
-		}
-	}
-	return 0
 }
 
 // writeBigConfigs writes n hosts over 10 rules, half exact names and half

@@ -30,6 +30,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/dnsfilter"
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 )
@@ -125,6 +126,11 @@ type Options struct {
 	// and /readyz is 503; Run's stop closes it and reports a seal it could
 	// not write.
 	Audit *audit.Sink
+	// Honeytokens are the canary credentials refused on every path (nil:
+	// the daemon's own registry); HoneytokenDir, when set, holds the
+	// store of those issued for containers and pods, watched for changes.
+	Honeytokens   *honeytoken.Registry
+	HoneytokenDir string
 }
 
 // Daemon is a running egressd serve.
@@ -180,9 +186,12 @@ type Daemon struct {
 	probes *probes
 	alerts *alerter
 
-	vis     visible
-	notesMu sync.Mutex
-	notes   map[string]string // degradations /readyz names, by kind
+	honey      *honeytoken.Registry
+	honeyWatch *honeytoken.Watch // nil without a HoneytokenDir
+	honeyErr   string            // the store's last error, logged once
+	vis        visible
+	notesMu    sync.Mutex
+	notes      map[string]string // degradations /readyz names, by kind
 
 	proxyAddr, dnsAddr, adminAddr string
 	closers                       []io.Closer
@@ -232,6 +241,9 @@ func New(opt Options) (*Daemon, error) {
 	if opt.Audit != nil {
 		d.watchAudit(opt.Audit, p)
 	}
+	if err := d.setupHoneytokens(opt); err != nil {
+		return nil, err
+	}
 
 	pc := opt.ProxyConfig
 	if pc.UpstreamRoots == nil && p.UpstreamCA != "" {
@@ -245,6 +257,7 @@ func New(opt Options) (*Daemon, error) {
 	pc.Gate = d.gate
 	pc.Probe = proxy.ProbeHooks{API: d.probes.api, Label: d.probes.label}
 	pc.Alert = d.alerts.attempt
+	pc.Honeytokens = d.honey
 	// one name budget per identity, whichever path resolves the name
 	names := new(policy.NameBudget)
 	pc.NameBudget = names
@@ -253,7 +266,7 @@ func New(opt Options) (*Daemon, error) {
 		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names,
 			// allowed names are answered only from the verified policy with
 			// the walls sealed, as the proxy; the self-test's probes pass
-			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt, Candidate: d.cand.Load})
+			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt, Candidate: d.cand.Load, Honeytokens: d.honey, OnHoneytoken: d.dnsHoneytoken})
 		if err != nil {
 			return nil, fmt.Errorf("dns filter: %w", err)
 		}
@@ -471,6 +484,12 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		defer wt.Stop()
 		wallsTick = wt.C
 	}
+	var honeyTick <-chan time.Time
+	if d.honeyWatch != nil {
+		ht := time.NewTicker(honeyRefresh)
+		defer ht.Stop()
+		honeyTick = ht.C
+	}
 	caTick, caStop := d.caTicker()
 	defer caStop()
 	var retry <-chan time.Time // the next self-test of a degraded deployment
@@ -486,6 +505,8 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			return d.shutdown()
 		case <-wallsTick:
 			d.checkWalls(ctx)
+		case <-honeyTick:
+			d.refreshHoneytokens()
 		case <-caTick:
 			d.checkCA()
 		case <-auditTick:

@@ -28,7 +28,8 @@ type Gateway struct {
 	// every decision line.
 	Load   func() (*policy.Policy, error)
 	Logger *slog.Logger
-	// StateDir holds the CA (StateDir/ca, created on first use).
+	// StateDir holds the CA (StateDir/ca, created on first use) and the
+	// honeytoken store (watched: every token in it is refused).
 	StateDir string
 	// AuditLog, when set, also appends every decision to this file as a
 	// hash-chained line; Close seals it.
@@ -73,7 +74,17 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	out := &GatewayDaemon{}
 	log := g.Logger
 	if g.AuditLog != "" {
-		sink, err := audit.Open(g.AuditLog)
+		// The signing key is read once, at start: a reload does not
+		// change it (a key change is a restart, announced by the old key).
+		p, err := g.Load()
+		if err != nil {
+			return nil, err
+		}
+		ao, err := AuditOptions(p)
+		if err != nil {
+			return nil, err
+		}
+		sink, err := audit.OpenWith(g.AuditLog, ao)
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +100,7 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 		return fail(err)
 	}
 	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink,
-		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult}
+		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult, HoneytokenDir: g.StateDir}
 	opt.ProxyConfig.ReadyExempt = g.ReadyExempt
 	caDir := filepath.Join(g.StateDir, "ca")
 	opt.CACheck = func() error { return sameCA(caDir, authority) }
@@ -221,4 +232,24 @@ func appendAddr(l []netip.Addr, a netip.Addr) []netip.Addr {
 		return l
 	}
 	return append(l, a)
+}
+
+// AuditOptions reads the audit signing keys a policy names (none: no
+// checkpoints).
+func AuditOptions(p *policy.Policy) (audit.Options, error) {
+	a := p.Audit
+	if a.SignKey == "" {
+		return audit.Options{}, nil
+	}
+	key, err := audit.ReadPrivateKey(a.SignKey)
+	if err != nil {
+		return audit.Options{}, fmt.Errorf("audit.sign_key: %w", err)
+	}
+	so := &audit.SignOptions{Key: key, Records: a.CheckpointRecords, Interval: a.CheckpointInterval}
+	if a.SignKeyPrevious != "" {
+		if so.Previous, err = audit.ReadPrivateKey(a.SignKeyPrevious); err != nil {
+			return audit.Options{}, fmt.Errorf("audit.sign_key_previous: %w", err)
+		}
+	}
+	return audit.Options{Sign: so}, nil
 }

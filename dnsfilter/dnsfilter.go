@@ -28,6 +28,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/policy"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +73,10 @@ type Config struct {
 	// none): it decides for the clients Exempt names (over TCP), and the
 	// policy in force for everyone else.
 	Candidate func() *policy.Policy
+	// Honeytokens, when set, are refused in any query name (NXDOMAIN,
+	// reason honeytoken), and OnHoneytoken hears of each such query.
+	Honeytokens  *honeytoken.Registry
+	OnHoneytoken func(identity, name string, t honeytoken.Token)
 }
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
@@ -90,6 +96,8 @@ type Server struct {
 	gate       func(*policy.Policy) (policy.Reason, string)
 	exempt     func(netip.AddrPort) bool
 	cand       func() *policy.Policy // the candidate a reload verifies, for exempt clients
+	honey      *honeytoken.Registry
+	onHoney    func(identity, name string, t honeytoken.Token)
 
 	mu        sync.Mutex
 	closed    bool
@@ -163,6 +171,8 @@ func New(c Config) (*Server, error) {
 		gate:    c.Gate,
 		exempt:  c.Exempt,
 		cand:    c.Candidate,
+		honey:   c.Honeytokens,
+		onHoney: c.OnHoneytoken,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_queries_total",
 			Help: "DNS queries answered by the filter, by result.",
@@ -206,6 +216,7 @@ func New(c Config) (*Server, error) {
 type entry struct {
 	client   netip.Addr
 	identity string
+	honey    *honeytoken.Token // a honeytoken in the name
 	qname    string
 	qtype    uint16
 	result   string
@@ -288,6 +299,19 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 	name, bad := queryName(q.Name)
 	if bad != "" {
 		s.deny(w, r, e, bad)
+		return
+	}
+	if t, ok := s.honey.ScanString(name); ok {
+		// before any rule: a canary in a name is refused whatever allows it
+		e.honey = &t
+		s.deny(w, r, e, policy.ReasonHoneytoken.String())
+		if s.onHoney != nil {
+			id := e.identity
+			if id == "" {
+				id = addrString(e.client) // as the proxy names a source without an identity
+			}
+			s.onHoney(id, name, t)
+		}
 		return
 	}
 	rule := p.RuleForName(name)
@@ -453,13 +477,17 @@ func (s *Server) logQuery(e *entry, extra ...slog.Attr) {
 	if e.rule != "" {
 		attrs = append(attrs, slog.String(logRule, e.rule))
 	}
+	if e.honey != nil {
+		attrs = append(attrs, slog.String(event.KeyHoneytoken, string(e.honey.Kind)), slog.String(event.KeyHoneytokenOf, e.honey.Identity),
+			slog.String(event.KeyHoneytokenWhere, "dns name"))
+	}
 	if e.upstream.IsValid() {
 		attrs = append(attrs, slog.String(logUpstream, e.upstream.String()), slog.Duration(logRTT, e.rtt))
 	}
 	if e.result == resultAnswered || e.result == resultFiltered {
 		attrs = append(attrs, slog.Int(logAnswers, e.answers), slog.Int(logDropped, e.dropped))
 	}
-	s.log.LogAttrs(context.Background(), level, "dns query", attrs...)
+	s.log.LogAttrs(context.Background(), level, event.DNSMsg, attrs...)
 }
 
 func addrString(a netip.Addr) string {

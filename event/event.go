@@ -11,6 +11,10 @@ import "time"
 // Msg is the log message of a decision record.
 const Msg = "decision"
 
+// DNSMsg is the message of the DNS filter's line per query; a query
+// refused for a honeytoken carries the optional honeytoken keys too.
+const DNSMsg = "dns query"
+
 // The keys of a decision record, in the order the proxy writes them.
 const (
 	KeyIdentity  = "identity"  // who asked: the sandbox's identity or source address
@@ -39,6 +43,17 @@ func Keys() []string {
 	return []string{KeyIdentity, KeySource, KeyView, KeyMethod, KeyHost, KeyPort, KeyPath, KeyQueryLen, KeyPageType, KeyRule, KeyDecision,
 		KeyReason, KeyHighRisk, KeyStatus, KeyBytesIn, KeyBytesOut, KeyBytes, KeyDetail, KeyInspected}
 }
+
+// Optional keys: written only on the decisions they apply to.
+const (
+	KeyHoneytoken      = "honeytoken"       // the kind of canary credential the request carried (reason honeytoken)
+	KeyHoneytokenOf    = "honeytoken_of"    // the identity egressd issued that honeytoken to
+	KeyHoneytokenWhere = "honeytoken_where" // where it appeared: path, query, header NAME, body, sni, websocket …
+)
+
+// OptionalKeys lists the keys a decision record carries only when they
+// apply, in order, after Keys.
+func OptionalKeys() []string { return []string{KeyHoneytoken, KeyHoneytokenOf, KeyHoneytokenWhere} }
 
 // Tunnel records: every tunnel (CONNECT, transparent TLS, WebSocket) has
 // an open record when it is established and a close record when it ends,
@@ -87,8 +102,13 @@ type Record struct {
 	Bytes     int64     `json:"bytes"`
 	Detail    string    `json:"detail"`
 	Inspected bool      `json:"inspected"`
-	Tunnel    string    `json:"tunnel"`    // tunnel records only
-	TunnelID  uint64    `json:"tunnel_id"` // tunnel records only
+
+	Honeytoken      string `json:"honeytoken,omitempty"`
+	HoneytokenOf    string `json:"honeytoken_of,omitempty"`
+	HoneytokenWhere string `json:"honeytoken_where,omitempty"`
+
+	Tunnel   string `json:"tunnel,omitempty"`    // tunnel records only
+	TunnelID uint64 `json:"tunnel_id,omitempty"` // tunnel records only
 }
 
 // IsDecision reports whether r is a decision record (not another log line).

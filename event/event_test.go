@@ -18,7 +18,7 @@ func TestRecordKeys(t *testing.T) {
 		tag, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
 		tags = append(tags, tag)
 	}
-	want := append(append([]string{"time", "level", "msg"}, Keys()...), TunnelKeys()...)
+	want := append(append(append([]string{"time", "level", "msg"}, Keys()...), OptionalKeys()...), TunnelKeys()...)
 	if !slices.Equal(tags, want) {
 		t.Errorf("Record JSON names %v, want %v", tags, want)
 	}

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
+	"github.com/egressd/egressd/policy/hostlist"
 )
 
 // bigConfig returns a config with n hosts over 10 rules, half exact names
@@ -48,40 +50,13 @@ func bigPolicy(b *testing.B) *Policy {
 }
 
 // BenchmarkLoad1M measures parsing and compiling a 1,000,000-host policy
-// inline in the YAML (measureLoad's figures).
+// inline in the YAML (testutil.MeasureLoad's figures).
 func BenchmarkLoad1M(b *testing.B) {
 	cfg := bigConfig(1_000_000)
 	b.ResetTimer()
 	for range b.N {
-		measureLoad(b, func() (any, error) { return Parse(strings.NewReader(cfg), "big.yaml") })
+		testutil.MeasureLoad(b, hostlist.MappedBytes, func() (any, error) { return Parse(strings.NewReader(cfg), "big.yaml") })
 	}
-}
-
-// measureLoad runs load once and reports its wall and CPU seconds
-// (s/load, s-cpu/load), the bytes it allocated (MiB-allocated), what it
-// keeps on the heap and in mappings (MiB-kept) and the process's peak RSS
-// (MiB-peak-rss, VmHWM: the test binary's too).
-func measureLoad(b *testing.B, load func() (any, error)) {
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	mapped := mappedBytes.Load()
-	cpu := cpuSeconds()
-	start := time.Now()
-	v, err := load()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(time.Since(start).Seconds(), "s/load")
-	b.ReportMetric(cpuSeconds()-cpu, "s-cpu/load")
-	runtime.ReadMemStats(&after)
-	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/(1<<20), "MiB-allocated")
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	kept := int64(after.HeapAlloc) - int64(before.HeapAlloc) + mappedBytes.Load() - mapped
-	b.ReportMetric(float64(kept)/(1<<20), "MiB-kept")
-	b.ReportMetric(peakRSS(), "MiB-peak-rss")
-	runtime.KeepAlive(v)
 }
 
 // BenchmarkDecide1M: CONNECT and request decisions against the 1M-host

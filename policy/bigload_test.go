@@ -112,7 +112,7 @@ func TestBigListErrorsNameTheLine(t *testing.T) {
 		{files, []string{fmt.Sprintf("hosts.txt:%d: hosts: \"https://bad.example.com/x\": hosts take a host name, not a URL", k+1)}},
 		{inline, []string{
 			fmt.Sprintf("inline.yaml:%d: allow[1].hosts[%d]: \"https://bad.example.com/x\": hosts take a host name, not a URL", 7+k, k),
-			fmt.Sprintf("inline.yaml:%d: allow[1].hosts[%d].host: want a single value, not a section", 8+k, k+1),
+			fmt.Sprintf("inline.yaml:%d: allow[1].hosts[%d]: want a single value, not a section", 8+k, k+1),
 		}},
 	} {
 		_, err := Load(c.path)

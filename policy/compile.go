@@ -19,6 +19,8 @@ import (
 
 	"github.com/egressd/egressd/policy/classify"
 	"golang.org/x/net/publicsuffix"
+
+	"github.com/egressd/egressd/policy/hostlist"
 )
 
 // compiler turns the raw schema into a Policy, collecting every error with
@@ -120,6 +122,8 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	default:
 		c.errf(raw.Audit.OnError.Line, "audit.on_error", "%q: want deny (refuse what would be allowed while the audit log cannot be written) or allow", raw.Audit.OnError.V)
 	}
+	c.auditSigning(p, &raw.Audit)
+	p.Honeytokens = raw.Honeytokens.V
 	c.adopt(p, raw)
 	return p
 }
@@ -712,7 +716,7 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 		c.errf(1, "deny.hosts", "more than 4 GiB of host names: split the policy")
 	}
 	for j, v := range d.HostsFiles {
-		l, err := LoadDomainSet(c.relative(v.V))
+		l, err := hostlist.Load(c.relative(v.V))
 		if err != nil {
 			c.errf(v.Line, fmt.Sprintf("deny.hosts_files[%d]", j), "%v", err)
 			continue
@@ -922,4 +926,32 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 			p.Limits.MirrorBodyBytes = l.MirrorBodyBytes.V
 		}
 	}
+}
+
+// Audit checkpoint defaults (audit.checkpoint_records, .checkpoint_interval).
+const (
+	defaultCheckpointRecords  = 1000
+	defaultCheckpointInterval = time.Minute
+)
+
+// auditSigning compiles the audit log's signing keys and checkpoint pace.
+func (c *compiler) auditSigning(p *Policy, a *rawAudit) {
+	if a.SignKey.V != "" {
+		p.Audit.SignKey = c.secretFile(a.SignKey, "audit.sign_key")
+	}
+	if a.SignKeyPrevious.V != "" {
+		if a.SignKey.V == "" {
+			c.errf(a.SignKeyPrevious.Line, "audit.sign_key_previous", "set without audit.sign_key: it only announces the new key")
+		}
+		p.Audit.SignKeyPrevious = c.secretFile(a.SignKeyPrevious, "audit.sign_key_previous")
+	}
+	p.Audit.CheckpointRecords = defaultCheckpointRecords
+	if a.CheckpointRecords.Line != 0 {
+		if a.CheckpointRecords.V <= 0 {
+			c.errf(a.CheckpointRecords.Line, "audit.checkpoint_records", "%d: must be positive", a.CheckpointRecords.V)
+		} else {
+			p.Audit.CheckpointRecords = a.CheckpointRecords.V
+		}
+	}
+	p.Audit.CheckpointInterval = c.duration(a.CheckpointInterval, "audit.checkpoint_interval", defaultCheckpointInterval)
 }

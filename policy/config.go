@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -48,6 +49,8 @@ type rawConfig struct {
 	Limits     rawLimits     `yaml:"limits"`
 	Alerts     rawAlerts     `yaml:"alerts"`
 	Audit      rawAudit      `yaml:"audit"`
+	// Honeytokens places canary credentials in sandboxes egressd runs.
+	Honeytokens at[bool] `yaml:"honeytokens"`
 
 	UpstreamProxy *rawUpstreamProxy `yaml:"upstream_proxy"` // rules.go
 }
@@ -58,7 +61,11 @@ type rawAlerts struct {
 }
 
 type rawAudit struct {
-	OnError at[string] `yaml:"on_error"`
+	OnError            at[string] `yaml:"on_error"`
+	SignKey            at[string] `yaml:"sign_key"`
+	SignKeyPrevious    at[string] `yaml:"sign_key_previous"`
+	CheckpointRecords  at[int]    `yaml:"checkpoint_records"`
+	CheckpointInterval at[string] `yaml:"checkpoint_interval"`
 }
 
 type rawListen struct {
@@ -299,56 +306,34 @@ func compileRaw(raw *rawConfig, c *compiler) (*Policy, error) {
 	return p, nil
 }
 
-var (
-	yamlLineRE    = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
-	yamlUnknownRE = regexp.MustCompile(`^field (\S+) not found in type policy\.raw(\w+)$`)
-)
+// yamlLineRE reads the line out of yaml.v3's message for what has no node
+// to point at: a syntax error, or a refusal the walk does not know.
+var yamlLineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
-// sectionOf names a raw type as the user knows it.
-var sectionOf = map[string]string{
-	"Config": "top level", "Listen": "listen", "Resolver": "resolver", "Rule": "allow[]",
-	"Deny": "deny", "Identity": "identities[]", "Sandbox": "sandbox", "Selftest": "selftest", "Limits": "limits", "Alerts": "alerts",
-	"Audit": "audit", "Inject": "allow[].inject", "Basic": "allow[].inject.basic", "UpstreamProxy": "upstream_proxy",
-}
-
-// yamlErrors turns yaml.v3's messages into file:line errors with the field
-// path (with rule indexes), a suggestion for a mistyped key, and the shape
-// a mistyped value should have (configerr.go).
+// yamlErrors turns a config yaml.v3 refused into file:line errors with the
+// field path (with rule indexes), a suggestion for a mistyped key, and the
+// shape a mistyped value should have, found on the document's nodes
+// (nodeErrors in configerr.go). Errors that are not about a node's key or
+// shape (a syntax error, excessive aliasing), and any the walk does not
+// find, keep yaml.v3's own words, with their lines.
 func yamlErrors(file string, data []byte, err error) ConfigErrors {
-	var msgs []string
+	msgs := []string{err.Error()}
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
+		var doc yaml.Node
+		if yaml.Unmarshal(data, &doc) == nil {
+			if errs := nodeErrors(file, &doc, reflect.TypeFor[rawConfig]()); len(errs) > 0 {
+				return errs
+			}
+		}
 		msgs = te.Errors
-	} else {
-		msgs = []string{err.Error()}
 	}
-	var doc yaml.Node
-	yaml.Unmarshal(data, &doc) // best effort: a syntax error leaves it empty
 	var out ConfigErrors
 	for _, m := range msgs {
 		e := &ConfigError{File: file, Msg: strings.TrimPrefix(m, "yaml: ")}
 		if sm := yamlLineRE.FindStringSubmatch(m); sm != nil {
 			fmt.Sscan(sm[1], &e.Line)
 			e.Msg = sm[2]
-		}
-		path, leaf := "", (*yaml.Node)(nil)
-		if e.Line > 0 {
-			path, leaf = pathAt(&doc, e.Line)
-		}
-		if um := yamlUnknownRE.FindStringSubmatch(e.Msg); um != nil {
-			e.Field = sectionOf[um[2]]
-			if p, ok := strings.CutSuffix(path, "."+um[1]); ok {
-				e.Field = p
-			} else if path == um[1] {
-				e.Field = "top level"
-			}
-			e.Msg = fmt.Sprintf("unknown key %q", um[1])
-			if s := suggest(um[1], knownKeys(rawTypes[um[2]])); s != "" {
-				e.Msg += fmt.Sprintf(": did you mean %q?", s)
-			}
-		} else if tm := unmarshalRE.FindStringSubmatch(e.Msg); tm != nil && path != "" {
-			e.Field = path
-			e.Msg = typeHint(tm[1], tm[3], leaf)
 		}
 		out = append(out, e)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func TestParseErrors(t *testing.T) {
@@ -24,6 +26,14 @@ func TestParseErrors(t *testing.T) {
 		{"a number where a list goes", "version: 1\nallow:\n  - hosts: [a.com]\n    ports: 443\n", "test.yaml:4: allow[0].ports: want a list, e.g. [443]"},
 		{"a list where a value goes", "version: 1\nallow:\n  - hosts: [a.com]\n    mirror: [pypi]\n", "test.yaml:4: allow[0].mirror: want a single value, not a list"},
 		{"a word where a number goes", "version: 1\nlimits:\n  conns_per_identity: many\n", "test.yaml:3: limits.conns_per_identity: want a whole number, not a string"},
+		{"a key set twice", "version: 1\nallow:\n  - hosts: [a.com]\n    ports: [443]\n    hosts: [b.com]\n", "test.yaml:5: allow[0]: key \"hosts\" is set twice (first at line 3)"},
+		{"an unknown key in a flow section", "version: 1\nallow:\n  - hosts: [a.com]\n    inject: {valu_from: \"file:/s\"}\n", "test.yaml:4: allow[0].inject: unknown key \"valu_from\": did you mean \"value_from\"?"},
+		{"a number too big", "version: 1\nlimits:\n  header_bytes: 99999999999999999999\n", "test.yaml:3: limits.header_bytes: \"99999999999999999999\": want a whole number of at most 64 bits"},
+		{"a section where a host goes", "version: 1\nallow:\n  - hosts:\n      - a.com\n      - {host: b.com}\n", "test.yaml:5: allow[0].hosts[1]: want a single value, not a section"},
+		{"a list where a section goes", "version: 1\nlimits: [1, 2]\n", "test.yaml:2: limits: want a section of keys (key: value), not a list"},
+		{"a value where rules go", "version: 1\nallow: pypi.org\n", "test.yaml:2: allow: want a list of entries (lines starting with \"- \")"},
+		{"a word where true or false goes", "version: 1\nlimits:\n  dns_exact_only: sometimes\n", "test.yaml:3: limits.dns_exact_only: want true or false, not a string"},
+		{"an error under an alias", "version: 1\nx: &p [443]\n", "test.yaml:2: top level: unknown key \"x\""},
 		{"a URL as a host", "version: 1\nallow:\n  - hosts: [\"https://pypi.org/simple\"]\n", "test.yaml:3: allow[0].hosts[0]: \"https://pypi.org/simple\": hosts take a host name, not a URL: write \"pypi.org\", and paths: [\"/simple/*\"] to limit the path"},
 		{"a URL with a port as a host", "version: 1\nallow:\n  - hosts: [\"http://a.example:8080/\"]\n", "hosts take a host name, not a URL: write \"a.example\" with ports: [8080]"},
 		{"host:port as a host", "version: 1\nallow:\n  - hosts: [\"pypi.org:443\"]\n", "test.yaml:3: allow[0].hosts[0]: \"pypi.org:443\": hosts take no port: write \"pypi.org\" and ports: [443]"},
@@ -190,4 +200,43 @@ func TestUpgradeParsed(t *testing.T) {
 	if !p.Rules[0].WebSocket || p.Rules[1].WebSocket {
 		t.Errorf("WebSocket: ws %v, plain %v; want true, false", p.Rules[0].WebSocket, p.Rules[1].WebSocket)
 	}
+}
+
+// TestConfigErrorsAreFoundOnNodes: the errors of a config yaml.v3 refuses
+// come from its nodes and the raw types, not from yaml.v3's wording: given
+// a type error whose messages say nothing useful, the same errors come out.
+func TestConfigErrorsAreFoundOnNodes(t *testing.T) {
+	cfg := "version: 1\nallow:\n  - hosts: [a.com]\n    mirorr: pypi\n  - hosts: b.com\n"
+	want := "test.yaml:4: allow[0]: unknown key \"mirorr\": did you mean \"mirror\"?\n" +
+		"test.yaml:5: allow[1].hosts: want a list, e.g. [b.com]"
+	reworded := &yaml.TypeError{Errors: []string{"something went wrong", "and something else"}}
+	if got := yamlErrors("test.yaml", []byte(cfg), reworded).Error(); got != want {
+		t.Errorf("from a reworded yaml.v3 error:\n%s\nwant\n%s", got, want)
+	}
+	_, err := Parse(strings.NewReader(cfg), "test.yaml")
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Parse:\n%v\nwant\n%s", err, want)
+	}
+}
+
+// FuzzConfigErrors: whatever the text, a refused config's errors each name
+// a line within the text (or none), and the walk never panics.
+func FuzzConfigErrors(f *testing.F) {
+	f.Add("version: 1\nallow:\n  - hosts: a.com\n    mirorr: pypi\n")
+	f.Add("version: 1\nx: &a [*a]\n")
+	f.Add("version: 1\nlimits: {header_bytes: [1], dns_exact_only: 3}\n")
+	f.Add("version: 1\nallow:\n  - &r {hosts: [a.com]}\n  - *r\n  - {<<: *r, ports: x}\n")
+	f.Fuzz(func(t *testing.T, cfg string) {
+		_, err := Parse(strings.NewReader(cfg), "f.yaml")
+		var ce ConfigErrors
+		if err == nil || !errors.As(err, &ce) {
+			return
+		}
+		lines := strings.Count(cfg, "\n") + 1
+		for _, e := range ce {
+			if e.Line < 0 || e.Line > lines+1 {
+				t.Fatalf("error at line %d of a %d-line config: %v", e.Line, lines, e)
+			}
+		}
+	})
 }

@@ -2,28 +2,20 @@ package policy
 
 import (
 	"fmt"
-	"math"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// This file turns yaml.v3's decoding errors into what a person fixing the
+// This file turns a config yaml.v3 refused into what a person fixing the
 // file needs: the field path with the rule's index ("allow[1].hosts"), the
-// key they probably meant, and the shape a value should have.
-
-// rawTypes maps the raw type names in yaml.v3's messages to their types,
-// for the known keys of each section.
-var rawTypes = map[string]reflect.Type{
-	"Config": reflect.TypeFor[rawConfig](), "Listen": reflect.TypeFor[rawListen](), "Resolver": reflect.TypeFor[rawResolver](),
-	"Rule": reflect.TypeFor[rawRule](), "Deny": reflect.TypeFor[rawDeny](), "Identity": reflect.TypeFor[rawIdentity](),
-	"Sandbox": reflect.TypeFor[rawSandbox](), "Selftest": reflect.TypeFor[rawSelftest](), "Limits": reflect.TypeFor[rawLimits](),
-	"Audit":  reflect.TypeFor[rawAudit](),
-	"Inject": reflect.TypeFor[rawInject](), "Basic": reflect.TypeFor[rawBasic](), "UpstreamProxy": reflect.TypeFor[rawUpstreamProxy](),
-}
+// key they probably meant, and the shape a value should have. The errors
+// are found by walking the document's nodes beside the raw config's Go
+// types (nodeErrors), so each comes with its node's own line and the
+// field's own type; yaml.v3's message text is read only for what has no
+// node (a syntax error's line) or what the walk does not know.
 
 // knownKeys lists the config keys of a raw section type.
 func knownKeys(t reflect.Type) []string {
@@ -78,90 +70,179 @@ func editDistance(a, b string) int {
 	return d[len(a)][len(b)]
 }
 
-// pathAt returns the field path ("allow[1].hosts") of the deepest entry of
-// the document n that holds line, and that entry's value node.
-func pathAt(n *yaml.Node, line int) (string, *yaml.Node) {
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		return pathAt(n.Content[0], line)
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			end := math.MaxInt
-			if i+2 < len(n.Content) {
-				end = n.Content[i+2].Line
-			}
-			if line < k.Line || line >= end {
-				continue
-			}
-			if line == k.Line && (v.Line == line || v.Kind == yaml.ScalarNode) {
-				return k.Value, v
-			}
-			sub, leaf := pathAt(v, line)
-			if sub == "" {
-				return k.Value, leaf
-			}
-			if strings.HasPrefix(sub, "[") {
-				return k.Value + sub, leaf
-			}
-			return k.Value + "." + sub, leaf
+// nodeErrors walks the document n beside the Go type t (the raw config)
+// and reports what the strict decoder refuses, each at its node's line:
+// a key t does not have (with the known key it probably meant), a key
+// given twice, and a value of the wrong shape for its field (a list where
+// one value goes, a word where a number goes, ...).
+func nodeErrors(file string, n *yaml.Node, t reflect.Type) ConfigErrors {
+	w := nodeWalk{file: file}
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil
 		}
-	case yaml.SequenceNode:
+		n = n.Content[0]
+	}
+	w.check(n, t, "", 0)
+	return w.errs
+}
+
+type nodeWalk struct {
+	file string
+	errs ConfigErrors
+}
+
+// maxWalkDepth bounds the walk: the raw types are a few levels deep, and
+// aliases could otherwise make a cycle.
+const maxWalkDepth = 32
+
+func (w *nodeWalk) add(line int, field, msg string) {
+	w.errs = append(w.errs, &ConfigError{File: w.file, Line: line, Field: field, Msg: msg})
+}
+
+func (w *nodeWalk) check(n *yaml.Node, t reflect.Type, path string, depth int) {
+	if depth > maxWalkDepth {
+		return
+	}
+	for n.Kind == yaml.AliasNode && n.Alias != nil && depth < maxWalkDepth {
+		n, depth = n.Alias, depth+1
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // an empty value leaves the field unset
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if v, ok := atValue(t); ok {
+		t = v
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			w.add(n.Line, fieldOr(path), "want a section of keys (key: value), not a "+nodeWord(n))
+			return
+		}
+		w.mapping(n, t, path, depth)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			w.add(n.Line, fieldOr(path), listHint(t, n))
+			return
+		}
 		for i, item := range n.Content {
-			end := math.MaxInt
-			if i+1 < len(n.Content) {
-				end = n.Content[i+1].Line
-			}
-			if line < item.Line || line >= end {
-				continue
-			}
-			sub, leaf := pathAt(item, line)
-			if sub == "" {
-				return "[" + strconv.Itoa(i) + "]", leaf
-			}
-			return "[" + strconv.Itoa(i) + "]." + sub, leaf
+			w.check(item, t.Elem(), path+"["+strconv.Itoa(i)+"]", depth+1)
+		}
+	default:
+		if n.Kind != yaml.ScalarNode {
+			w.add(n.Line, fieldOr(path), "want a single value, not a "+nodeWord(n))
+			return
+		}
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			w.add(n.Line, fieldOr(path), scalarHint(t, n))
 		}
 	}
-	return "", n
 }
 
-// unmarshalRE parses yaml.v3's type errors.
-var unmarshalRE = regexp.MustCompile("^cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
-
-// typeHint says what shape a value should have, for a type error of
-// yaml.v3 ("cannot unmarshal !!str `x` into []policy.at[string]").
-func typeHint(got, into string, leaf *yaml.Node) string {
-	example := "x"
-	if leaf != nil && leaf.Kind == yaml.ScalarNode && leaf.Value != "" {
-		example = leaf.Value
+// mapping checks the keys of the section n against the struct t.
+func (w *nodeWalk) mapping(n *yaml.Node, t reflect.Type, path string, depth int) {
+	fields := map[string]reflect.Type{}
+	var known []string
+	for i := range t.NumField() {
+		if k, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); k != "" && k != "-" {
+			fields[k] = t.Field(i).Type
+			known = append(known, k)
+		}
 	}
-	switch {
-	case strings.HasPrefix(into, "[]policy.raw"):
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+			continue // merges and complex keys: yaml.v3's own message stands
+		}
+		if first, dup := seen[k.Value]; dup {
+			w.add(k.Line, fieldOr(path), fmt.Sprintf("key %q is set twice (first at line %d)", k.Value, first))
+			continue
+		}
+		seen[k.Value] = k.Line
+		ft, ok := fields[k.Value]
+		if !ok {
+			msg := fmt.Sprintf("unknown key %q", k.Value)
+			if s := suggest(k.Value, known); s != "" {
+				msg += fmt.Sprintf(": did you mean %q?", s)
+			}
+			w.add(k.Line, fieldOr(path), msg)
+			continue
+		}
+		sub := k.Value
+		if path != "" {
+			sub = path + "." + k.Value
+		}
+		w.check(v, ft, sub, depth+1)
+	}
+}
+
+// atValue reports whether t is at[T] (a value with its line) and gives T.
+func atValue(t reflect.Type) (reflect.Type, bool) {
+	if t.Kind() != reflect.Struct || t.PkgPath() != reflect.TypeFor[at[int]]().PkgPath() || !strings.HasPrefix(t.Name(), "at[") {
+		return nil, false
+	}
+	f, ok := t.FieldByName("V")
+	return f.Type, ok
+}
+
+func fieldOr(path string) string {
+	if path == "" {
+		return "top level"
+	}
+	return path
+}
+
+// listHint says what a list field wants, for a value that is not a list.
+func listHint(t reflect.Type, n *yaml.Node) string {
+	e := t.Elem()
+	for e.Kind() == reflect.Pointer {
+		e = e.Elem()
+	}
+	if _, isAt := atValue(e); e.Kind() == reflect.Struct && !isAt {
 		return "want a list of entries (lines starting with \"- \")"
-	case strings.HasPrefix(into, "[]"):
-		return fmt.Sprintf("want a list, e.g. [%s]", example)
-	case strings.HasPrefix(into, "policy.raw"):
-		return "want a section of keys (key: value), not a " + kindWord(got)
-	case strings.Contains(into, "bool"):
-		return "want true or false, not a " + kindWord(got)
-	case strings.Contains(into, "int"):
-		return "want a whole number, not a " + kindWord(got)
-	default:
-		return "want a single value, not a " + kindWord(got)
 	}
+	example := "x"
+	if n.Kind == yaml.ScalarNode && n.Value != "" {
+		example = n.Value
+	}
+	return fmt.Sprintf("want a list, e.g. [%s]", example)
 }
 
-func kindWord(tag string) string {
-	switch tag {
-	case "seq":
-		return "list"
-	case "map":
-		return "section"
-	case "str":
-		return "string"
-	case "int", "float":
-		return "number"
+// scalarHint says what a scalar field of type t wants, for a value it
+// cannot take.
+func scalarHint(t reflect.Type, n *yaml.Node) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "want true or false, not a " + nodeWord(n)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if n.ShortTag() == "!!int" || n.ShortTag() == "!!float" && strings.Trim(n.Value, "+-0123456789_") == "" {
+			return fmt.Sprintf("%q: want a whole number of at most %d bits", n.Value, t.Bits())
+		}
+		return "want a whole number, not a " + nodeWord(n)
 	}
-	return tag
+	return "want a single value, not a " + nodeWord(n)
+}
+
+// nodeWord names the kind of value n is, as a person reads the file.
+func nodeWord(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.MappingNode:
+		return "section"
+	}
+	switch n.ShortTag() {
+	case "!!int", "!!float":
+		return "number"
+	case "!!bool":
+		return "true/false value"
+	case "!!str":
+		return "string"
+	}
+	return strings.TrimPrefix(n.ShortTag(), "!!")
 }

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/egressd/egressd/policy/hostlist"
 )
 
 // Policy is a compiled config: immutable once Parse returns it, safe for
@@ -21,8 +23,11 @@ type Policy struct {
 	Limits     Limits
 	Alerts     Alerts
 	Audit      Audit
-	Identities []Identity
-	Rules      []*Rule
+	// Honeytokens: egressd run places canary credentials in its sandbox
+	// (honeytokens: true); any of them seen on the way out is refused.
+	Honeytokens bool
+	Identities  []Identity
+	Rules       []*Rule
 
 	// host index: exact names and wildcard suffixes to the rules naming them,
 	// in rule order. A value >= 0 is one rule index; a value < 0 is
@@ -37,7 +42,7 @@ type Policy struct {
 	denyExact  hostIndex // values unused
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
-	denyLists  []*DomainSet // deny.hosts_files
+	denyLists  []*hostlist.Set // deny.hosts_files
 
 	// UpstreamProxy is the parent proxy egressd reaches every upstream
 	// through (HTTP CONNECT to the checked address); nil: direct.
@@ -143,6 +148,14 @@ type Audit struct {
 	// allow); false (deny, the default) refuses it with 503
 	// audit-unavailable until writes succeed again.
 	OnErrorAllow bool
+	// SignKey is the file of the Ed25519 key that signs audit checkpoints
+	// (audit.sign_key: file:/path); "" signs nothing. SignKeyPrevious is
+	// the key being rotated away from (audit.sign_key_previous).
+	SignKey, SignKeyPrevious string
+	// CheckpointRecords and CheckpointInterval: a checkpoint at most every
+	// so many lines and so long after the first unsigned one.
+	CheckpointRecords  int
+	CheckpointInterval time.Duration
 }
 
 // Identity names a client by source CIDRs, or refines a source by a

@@ -47,6 +47,7 @@ var (
 	ReasonBody           = newReason("body", 403, "request body is not what this read-only POST sends: see the rule's read_posts")
 	ReasonWildcardBudget = newReason("wildcard-budget", 403, "this identity spent its budget of new names under the rule's wildcard (limits.dns_wildcard_names): use names the rule lists, or ask the operator")
 	ReasonExactOnly      = newReason("exact-only", 403, "limits.dns_exact_only: only names a rule lists exactly are resolved")
+	ReasonHoneytoken     = newReason("honeytoken", 403, "the request carries a canary credential egressd placed in the sandbox: refused whatever the rule says and reported as an exfiltration attempt")
 
 	// The proxy's own checks.
 	ReasonProxyLoop             = newReason("proxy-loop", 403, "the target is egressd itself")

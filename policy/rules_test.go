@@ -143,7 +143,7 @@ allow:
 		{"bad header", "hosts: [a.example.com]\n    inject: {header: \"X Token\", value_from: \"file:/s\"}", "not a header name"},
 		{"both", "hosts: [a.example.com]\n    inject: {value_from: \"file:/s\", basic: {user: u, password_from: \"file:/p\"}}", "exclude each other"},
 		{"basic colon", "hosts: [a.example.com]\n    inject: {basic: {user: \"a:b\", password_from: \"file:/p\"}}", "without ':'"},
-		{"unknown key", "hosts: [a.example.com]\n    inject: {value: \"file:/s\"}", "allow[].inject: unknown key \"value\""},
+		{"unknown key", "hosts: [a.example.com]\n    inject: {value: \"file:/s\"}", "allow[0].inject: unknown key \"value\""},
 		{"unknown identity", "hosts: [a.example.com]\n    identities: [nobody]", "unknown identity \"nobody\""},
 		{"upstream proxy", "hosts: [a.example.com]\nupstream_proxy: {address: proxy.corp.example}", "want host:port of the parent proxy"},
 		{"upstream proxy auth", "hosts: [a.example.com]\nupstream_proxy: {address: \"10.0.0.1:8080\", auth_from: \"user:pw\"}", "want file:/absolute/path"},

@@ -42,6 +42,10 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 	p := x.policyFor(r.RemoteAddr)
 	rq.d, rq.pol = p.DecideTargetAs(&t, rq.identity), p
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
+	if h := x.honeyInName(rq, "connect host"); h != nil {
+		writeResponse(w, x.denyHoneytoken(r, rq, h))
+		return
+	}
 	if !rq.d.Allow {
 		writeResponse(w, x.denyDecision(r, rq))
 		return

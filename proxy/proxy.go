@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
 )
@@ -85,6 +86,9 @@ type Config struct {
 	// Secrets reads the credentials of inject rules; nil: a Store of the
 	// proxy's own.
 	Secrets *inject.Store
+	// Honeytokens are the canary credentials refused wherever they appear
+	// (honeytoken.go); nil: none.
+	Honeytokens *honeytoken.Registry
 }
 
 // Attempt is a decision worth an alert.
@@ -99,6 +103,11 @@ type Attempt struct {
 	HighRisk bool      `json:"high_risk"`
 	// Evaluation: the identity is marked evaluation: true.
 	Evaluation bool `json:"evaluation"`
+	// Honeytoken is the kind of canary credential the request carried,
+	// HoneytokenOf the identity it was issued to, Where where it was.
+	Honeytoken   string `json:"honeytoken,omitempty"`
+	HoneytokenOf string `json:"honeytoken_of,omitempty"`
+	Where        string `json:"where,omitempty"`
 }
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
@@ -126,6 +135,7 @@ type Proxy struct {
 	clients *tracker
 	fds     *fdGuard
 	secret  *inject.Store
+	honey   *honeytoken.Registry
 
 	errorLog *log.Logger // net/http's own errors, into the proxy's log
 
@@ -162,6 +172,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		ids:     newTracker(),
 		clients: newTracker(),
 		secret:  cfg.Secrets,
+		honey:   cfg.Honeytokens,
 		self:    map[netip.AddrPort]bool{},
 	}
 	if x.log == nil {
@@ -415,6 +426,7 @@ type request struct {
 	// WebSocket (an open one is in the tunnel tracker).
 	relayUpgrade bool
 	ws           bool
+	honey        *honeyHit // a honeytoken the request carried (the refusal's reason)
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -571,13 +583,17 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 	if x.alert == nil {
 		return
 	}
-	if eval := x.Policy().Evaluation(rq.identity); highRisk || eval {
+	if eval := x.Policy().Evaluation(rq.identity); highRisk || eval || rq.honey != nil {
 		host := rq.target.Host()
 		if host == "" {
 			host = rq.d.Host
 		}
-		x.alert(Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
-			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval})
+		at := Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
+			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval}
+		if h := rq.honey; h != nil {
+			at.Honeytoken, at.HoneytokenOf, at.Where = string(h.token.Kind), h.token.Identity, h.where
+		}
+		x.alert(at)
 	}
 }
 

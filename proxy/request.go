@@ -55,6 +55,9 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 	rq.pol = p
 	rq.d = p.DecideRequestAs(&rq.target, rq.identity, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
+	if h := x.honeyInRequest(r, rq); h != nil {
+		return r, x.denyHoneytoken(r, rq, h)
+	}
 	if isH2C(r) && !rq.d.HighRisk {
 		// Never allowed, whatever the rule decides: refused as such, so
 		// the self-test can probe it under any inspected rule.
@@ -187,6 +190,9 @@ func (x *Proxy) checkShape(r *http.Request, rq *request, p *policy.Policy) *http
 	body, gzipped, err := policy.CheckedBody(r.Header.Get("Content-Type"), body)
 	if err != nil {
 		return x.deny(r, rq, rq.d.BodyReason(), rq.d.RuleName(), err.Error())
+	}
+	if h := x.honeyInBody(body); h != nil {
+		return x.denyHoneytoken(r, rq, h)
 	}
 	if gzipped {
 		r.Header.Del("Content-Encoding")
@@ -355,7 +361,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 	if host == "" {
 		host = d.Host
 	}
-	x.log.LogAttrs(ctx, level, event.Msg,
+	x.log.LogAttrs(ctx, level, event.Msg, append([]slog.Attr{
 		slog.String(event.KeyIdentity, rq.logIdentity()),
 		slog.String(event.KeySource, rq.source),
 		slog.String(event.KeyView, d.View),
@@ -375,6 +381,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		slog.Int64(event.KeyBytes, in+out),
 		slog.String(event.KeyDetail, detail),
 		slog.Bool(event.KeyInspected, rq.tunnel != nil),
-	)
+	}, rq.honeyAttrs()...)...)
+
 	x.count(rq, decision, reason.String(), d.PageType.String(), d.RuleName(), d.HighRisk)
 }

@@ -134,6 +134,11 @@ func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	p := x.policyFor(c.RemoteAddr().String())
 	rq.d, rq.pol = p.DecideTargetAs(&t, rq.identity), p
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
+	if rq.honey = x.honeyInName(rq, "sni"); rq.honey != nil {
+		rq.d.Allow = false
+		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonHoneytoken, honeyDetail(rq.honey), 0, 0)
+		return
+	}
 	if !rq.d.Allow {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)
 		return

@@ -142,6 +142,11 @@ func (x *Proxy) upgradeRoundTrip(r *http.Request, rq *request) (net.Conn, *bufio
 	for _, h := range []string{"Proxy-Authorization", "Proxy-Connection", "Keep-Alive", "TE"} {
 		out.Header.Del(h)
 	}
+	if !x.honey.Empty() {
+		// no permessage-deflate: compressed frames would hide a
+		// honeytoken from the frame scan (wsscan.go)
+		out.Header.Del("Sec-WebSocket-Extensions")
+	}
 	bw := bufio.NewWriter(tc)
 	if err := out.Write(bw); err != nil {
 		return fail("send upgrade upstream", err)
@@ -206,6 +211,14 @@ func (x *Proxy) relayUpgrade(w http.ResponseWriter, r *http.Request, rq *request
 	}
 	if _, err := client.Write(early); err != nil {
 		return
+	}
+	if !x.honey.Empty() {
+		var pre2 []byte
+		client, pre2 = x.scanWebSocket(rq, client, up, hc, pre)
+		if pre2 == nil && len(pre) > 0 { // the first frame carried one
+			x.logDecisionReason(context.WithoutCancel(r.Context()), rq, http.StatusSwitchingProtocols, policy.ReasonHoneytoken, "upgrade websocket "+honeyDetail(rq.honey), in, out)
+			return
+		}
 	}
 	if _, err := up.Write(pre); err != nil {
 		return

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
@@ -45,6 +46,7 @@ type DecisionLog struct {
 	blocked                            []decision        // metadata and action pages refused
 	denials                            map[[3]string]int // reason, host, identity → count
 	reached                            map[[2]string]*reach
+	honey                              map[honeyKey]*honeyCount // honeytoken hits (evidence.go)
 }
 
 // reach is what one agent reached on one host.
@@ -70,7 +72,7 @@ func ReadDecisionLog(path string) (*DecisionLog, error) {
 
 // parseDecisionLog reads decision lines from r.
 func parseDecisionLog(r io.Reader) (*DecisionLog, error) {
-	dl := &DecisionLog{denials: map[[3]string]int{}, reached: map[[2]string]*reach{}}
+	dl := &DecisionLog{denials: map[[3]string]int{}, reached: map[[2]string]*reach{}, honey: map[honeyKey]*honeyCount{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, maxLogLineSize)
 	for sc.Scan() {
@@ -80,6 +82,7 @@ func parseDecisionLog(r io.Reader) (*DecisionLog, error) {
 			dl.skipped++
 			continue
 		}
+		dl.countHoney(&d)
 		if !d.IsDecision() {
 			continue
 		}
@@ -131,6 +134,12 @@ type Input struct {
 	LogFile  string
 	Walls    string // the kernel walls with their counters (nft.Show)
 	WallsErr error  // why Walls is empty
+	// Honeytokens are the canary credentials egressd placed (the state
+	// directory's store): kept apart from the keys the scan found.
+	Honeytokens []honeytoken.Token
+	// Seal, when signing, is the signature's content known before the
+	// pack is rendered (hashes, checkpoint, key id): the pack shows it.
+	Seal *Seal
 }
 
 // Write renders the evidence pack in Markdown.
@@ -165,7 +174,13 @@ func Write(w io.Writer, in Input) {
 	writeReached(w, in.Log)
 
 	fmt.Fprintf(w, "## 7. No long-lived keys inside\n\n")
-	writeCredentials(w, sandboxes)
+	writeCredentials(w, sandboxes, in.Honeytokens)
+
+	fmt.Fprintf(w, "## 8. Honeytokens: attempts to use a planted credential\n\n")
+	writeHoneyHits(w, in.Log, in.Honeytokens)
+
+	fmt.Fprintf(w, "## 9. Signature\n\n")
+	writeSeal(w, in.Seal)
 }
 
 // splitRuns separates egressd's own runs from in-sandbox probe results.
@@ -285,19 +300,22 @@ func writeReached(w io.Writer, dl *DecisionLog) {
 	fmt.Fprintln(w)
 }
 
-func writeCredentials(w io.Writer, runs []selftest.HistoryLine) {
+func writeCredentials(w io.Writer, runs []selftest.HistoryLine, planted []honeytoken.Token) {
+	writePlanted(w, planted)
 	rows := probeRows(runs)
 	if len(rows) == 0 {
 		fmt.Fprintf(w, "Not scanned: `egressd probe` scans its environment and its user's well-known credential files in each sandbox (names and locations only, never values).\n\n")
 		return
 	}
 	fmt.Fprintf(w, "From each sandbox's last `egressd probe` run: environment variables shaped like tokens and the well-known credential files of the user it ran as (cloud CLIs, docker, .netrc, git, SSH and PEM private keys). Names and locations only; no value is ever read into the report.\n\n")
+	fmt.Fprintf(w, "Keys egressd placed itself (the honeytokens above) are left out of this table; what is left is what the scan found.\n\n")
 	fmt.Fprintf(w, "| identity | kind | name | location |\n|---|---|---|---|\n")
 	for _, r := range rows {
-		if len(r.Credentials) == 0 {
+		found := scannedOnly(r.Identity, r.Credentials, planted)
+		if len(found) == 0 {
 			fmt.Fprintf(w, "| %s | none found | - | - |\n", md(r.Identity))
 		}
-		for _, c := range r.Credentials {
+		for _, c := range found {
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", md(r.Identity), md(c.Kind), md(c.Name), md(c.Location))
 		}
 	}
@@ -316,6 +334,11 @@ type Pack struct {
 	Probes    []ProbeRow             `json:"sandbox_probes"`
 	Decisions *DecisionSummary       `json:"decisions,omitempty"`
 	Reached   []ReachRow             `json:"reached"`
+	// Planted lists the honeytokens egressd placed (kinds and variable
+	// names, never values); HoneyHits the attempts to use them.
+	Planted   []PlantedRow  `json:"honeytokens_placed"`
+	HoneyHits []HoneyHitRow `json:"honeytoken_hits"`
+	Seal      *Seal         `json:"signature,omitempty"` // without pack hash and sig: those are in the .sig file
 }
 
 // DecisionSummary is the decision log's part of the pack (real sandboxes
@@ -333,7 +356,8 @@ type DecisionSummary struct {
 func WriteJSON(w io.Writer, in Input) error {
 	own, sandboxes := splitRuns(in.Runs)
 	pk := Pack{Generated: in.Now, Config: in.Policy.Source, Summary: historySummary(own), Walls: in.Walls,
-		Rules: len(in.Policy.Rules), Selftest: own, Probes: probeRows(sandboxes), Reached: reachRows(in.Log)}
+		Rules: len(in.Policy.Rules), Selftest: own, Probes: probeRows(sandboxes), Reached: reachRows(in.Log),
+		Planted: plantedRows(in.Honeytokens), HoneyHits: honeyHitRows(in.Log), Seal: in.Seal}
 	if in.WallsErr != nil {
 		pk.WallsErr = in.WallsErr.Error()
 	}

@@ -46,6 +46,10 @@ type Config struct {
 	Env      []string
 	CleanEnv bool
 	KeepEnv  []string
+	// Honeytokens places canary credentials in CMD's environment and an
+	// AWS shared credentials file (also when the policy says honeytokens:
+	// true); they are added to StateDir's store, which the gateway watches.
+	Honeytokens bool
 	// NoTransparent turns off the transparent listeners on the run's link
 	// (on by default: the sandbox is egressd's own namespace).
 	NoTransparent bool

@@ -16,6 +16,7 @@ import (
 
 	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/sandbox"
@@ -25,20 +26,22 @@ import (
 // sandbox sealed: its processes, then its link, then its namespace, then
 // the gateway, and only then its wall table.
 type box struct {
-	log    *slog.Logger
-	gw     *sandbox.NS
-	name   string
-	sbx    *sandbox.NS
-	link   *sandbox.Link
-	table  string
-	tmp    string
-	cg     *runCgroup // nil where cgroup v2 is not available
-	record string     // path of the run record
-	cmd    *exec.Cmd
-	waitc  chan error
-	stop   func() // stops the gateway and waits for it
-	walled bool
-	done   func() // last: the exit summary
+	log   *slog.Logger
+	gw    *sandbox.NS
+	name  string
+	sbx   *sandbox.NS
+	link  *sandbox.Link
+	table string
+	tmp   string
+	cg    *runCgroup // nil where cgroup v2 is not available
+	// canaries are the run's honeytokens (--honeytokens), nil: none
+	canaries []honeytoken.Token
+	record   string // path of the run record
+	cmd      *exec.Cmd
+	waitc    chan error
+	stop     func() // stops the gateway and waits for it
+	walled   bool
+	done     func() // last: the exit summary
 }
 
 func (b *box) teardown() {
@@ -133,6 +136,13 @@ func Run(ctx context.Context, c Config) (int, error) {
 	sum := &summary{}
 	log := slog.New(&logHandler{file: slog.NewJSONHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}), term: term.Handler(), sum: sum})
 
+	if c.Honeytokens || c.Policy.Honeytokens {
+		// before the gateway starts: it loads the store at start
+		if b.canaries, err = issueHoneytokens(c.StateDir, b.name); err != nil {
+			return 0, err
+		}
+		log.Info("honeytokens placed", "identity", b.name, "names", honeytokenNames(b.canaries))
+	}
 	gw4 := b.link.Gateway4.Addr()
 	rp := Policy(c.Policy, gw4, !c.NoTransparent)
 	proxyAP := netip.MustParseAddrPort(rp.Listen.Proxy)
@@ -273,6 +283,11 @@ func (b *box) commandEnv(c Config, gw4 netip.Addr, proxyAP netip.AddrPort) ([]st
 		b.log.Warn("Java gets no trust store: its path has whitespace or quotes, which JAVA_TOOL_OPTIONS cannot carry (set TMPDIR)", "path", javaStore)
 	}
 	env, suspicious := Env(c.Env, c.CleanEnv, c.KeepEnv, proxyAP, bundle, javaStore)
+	if len(b.canaries) > 0 {
+		if env, err = b.placeHoneytokens(env, c); err != nil {
+			return nil, "", err
+		}
+	}
 	if len(suspicious) > 0 {
 		fmt.Fprintf(c.Stderr, "egressd run: WARNING: passing %d variable(s) that look like credentials into the sandbox: %s (--clean-env drops them; --env KEY keeps one and silences this)\n",
 			len(suspicious), strings.Join(suspicious, ", "))

@@ -10,7 +10,7 @@ import (
 	"github.com/egressd/egressd/policy"
 )
 
-// readableSecrets returns the inject secret files of p that the sandbox's
+// readableSecrets returns the inject secret files and audit signing keys of p that the sandbox's
 // user could read (every directory on the way searchable, the file
 // readable, by owner, group or other bits). egressd run does not hide the
 // host's files from the sandbox: a credential the checkpoint holds must not
@@ -19,13 +19,18 @@ func readableSecrets(p *policy.Policy, cred *syscall.Credential) []string {
 	if cred == nil {
 		return nil
 	}
-	var out []string
+	var files []string
 	for _, r := range p.Rules {
-		if r.Inject == nil || r.Inject.File == "" || slices.Contains(out, r.Inject.File) {
-			continue
+		if r.Inject != nil && r.Inject.File != "" {
+			files = append(files, r.Inject.File)
 		}
-		if canRead(r.Inject.File, cred) {
-			out = append(out, r.Inject.File)
+	}
+	// the audit signing keys too: a sandbox that can read one can sign
+	files = append(files, p.Audit.SignKey, p.Audit.SignKeyPrevious)
+	var out []string
+	for _, f := range files {
+		if f != "" && !slices.Contains(out, f) && canRead(f, cred) {
+			out = append(out, f)
 		}
 	}
 	return out
@@ -73,5 +78,5 @@ func allowed(path string, cred *syscall.Credential, bit uint32) bool {
 type SecretsError struct{ Files []string }
 
 func (e *SecretsError) Error() string {
-	return fmt.Sprintf("the sandbox's user could read the inject secret file(s) %v: make them root's, mode 0600 (or in a directory the user cannot search), so the credential stays with the checkpoint", e.Files)
+	return fmt.Sprintf("the sandbox's user could read the secret file(s) %v (inject secrets, audit signing keys): make them root's, mode 0600 (or in a directory the user cannot search), so the credential stays with the checkpoint", e.Files)
 }

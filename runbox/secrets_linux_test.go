@@ -60,4 +60,9 @@ func TestReadableSecrets(t *testing.T) {
 			t.Errorf("%s for uid %d groups %v: readable %v, want %v", tt.file, tt.cred.Uid, tt.cred.Groups, got, tt.want)
 		}
 	}
+	// the audit signing keys count as secrets too
+	p := &policy.Policy{Audit: policy.Audit{SignKey: world, SignKeyPrevious: private}}
+	if got := readableSecrets(p, nobody); len(got) != 1 || got[0] != world {
+		t.Errorf("audit keys readable by the sandbox: %v, want [%s]", got, world)
+	}
 }

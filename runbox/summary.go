@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+
+	"github.com/egressd/egressd/policy"
 )
 
 // logHandler splits a run's log: every line to the log file; egressd's own
@@ -113,10 +115,17 @@ func (s *summary) write(w io.Writer, logFile string) {
 		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
 	})
 	fmt.Fprintf(w, "egressd run: %d requests allowed, %d denied (every decision: %s)\n", s.allowed, n, logFile)
+	honey := 0
 	for _, k := range keys {
 		fmt.Fprintf(w, "  denied %s: %s (%d)\n", k[0], k[1], s.denied[k])
+		if k[1] == policy.ReasonHoneytoken.String() {
+			honey += s.denied[k]
+		}
 	}
-	if n > 0 {
+	if honey > 0 {
+		fmt.Fprintf(w, "  %d request(s) carried a honeytoken egressd planted in the sandbox: an exfiltration attempt, whatever the rules allow; treat it as an incident\n", honey)
+	}
+	if n > honey {
 		fmt.Fprintln(w, "  to allow a host, add it to an allow rule in the config (`egressd check --config FILE URL` explains a decision)")
 	}
 }

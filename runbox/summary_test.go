@@ -38,6 +38,13 @@ func TestLogHandler(t *testing.T) {
 	if !strings.HasPrefix(out.String(), want) || strings.Contains(out.String(), "probe.test") {
 		t.Errorf("summary:\n%s\nwant prefix:\n%s", out.String(), want)
 	}
+	// a honeytoken refusal is named as what it is, not as a host to allow
+	log.Warn("decision", "method", "GET", "host", "d.test", "decision", "deny", "reason", "honeytoken")
+	out.Reset()
+	sum.write(&out, "/x/run.log")
+	if !strings.Contains(out.String(), "1 request(s) carried a honeytoken") {
+		t.Errorf("summary does not name the honeytoken:\n%s", out.String())
+	}
 }
 
 func TestEnv(t *testing.T) {

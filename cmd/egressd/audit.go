@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/egressd/egressd/audit"
@@ -13,7 +15,8 @@ import (
 
 func init() { commands["audit"] = cmdAudit }
 
-const auditUsage = `usage: egressd audit verify [--live] [--strict] [--anchor SEQ:HASH]... FILE
+const auditUsage = `usage: egressd audit verify [--live] [--strict] [--anchor SEQ:HASH]... [--key PUB] FILE
+       egressd audit keygen --out DIR
 
 Checks a hash-chained audit log (serve --audit-log). Exit 0 intact, 1 tampered
 (the first bad line and why), 2 usage or read error.
@@ -22,6 +25,11 @@ Checks a hash-chained audit log (serve --audit-log). Exit 0 intact, 1 tampered
   --anchor   audit_seq:audit_hash of a decision line kept elsewhere (stderr,
              the cluster's log store); repeatable. Without anchors, whoever can
              write the file can rewrite it consistently from any line on.
+  --key      the Ed25519 public key (audit.pub) of audit.sign_key: every line
+             must be covered by a valid signed checkpoint (with --live, the
+             unsigned tail is reported).
+keygen writes DIR/audit.key (mode 0600: audit.sign_key) and DIR/audit.pub
+(give it to whoever verifies; keep a copy off the egressd host).
 `
 
 // anchorsFlag collects repeated --anchor values.
@@ -39,6 +47,9 @@ func (a *anchorsFlag) Set(s string) error {
 }
 
 func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "keygen" {
+		return cmdAuditKeygen(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "verify" {
 		fmt.Fprint(stderr, auditUsage)
 		return exitUsage
@@ -48,19 +59,27 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	strict := fs.Bool("strict", false, "fail when a session ended without a seal before a restart")
 	var anchors anchorsFlag
 	fs.Var(&anchors, "anchor", "SEQ:HASH of a line recorded elsewhere (repeatable)")
+	keyFile := fs.String("key", "", "Ed25519 public key (audit.pub): require every line to be covered by a valid signature")
 	pos, err := parseFlags(fs, args[1:])
 	if err != nil || len(pos) != 1 {
 		fmt.Fprint(stderr, auditUsage)
 		return exitUsage
 	}
 	name := pos[0]
+	var key ed25519.PublicKey
+	if *keyFile != "" {
+		if key, err = audit.ReadPublicKey(*keyFile); err != nil {
+			fmt.Fprintf(stderr, "egressd audit verify: %v\n", err)
+			return exitUsage
+		}
+	}
 	f, err := os.Open(name)
 	if err != nil {
 		fmt.Fprintf(stderr, "egressd audit verify: %v\n", err)
 		return exitUsage
 	}
 	defer f.Close()
-	rep, err := audit.Verify(f, audit.VerifyOptions{Live: *live, Strict: *strict, Anchors: anchors})
+	rep, err := audit.Verify(f, audit.VerifyOptions{Live: *live, Strict: *strict, Anchors: anchors, Key: key})
 	var te *audit.TamperError
 	switch {
 	case errors.As(err, &te) && te.Kind == audit.Incomplete:
@@ -89,6 +108,14 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, l := range rep.Recovered {
 		fmt.Fprintf(stdout, "%s:%d: warning: line cut short by a crash mid-write, acknowledged by the writer at restart\n", name, l)
 	}
+	if key != nil {
+		fmt.Fprintf(stdout, "%s: signed: lines 1-%d covered by %d checkpoint(s), key(s) %s\n", name, rep.SignedLines, rep.Checkpoints, strings.Join(rep.KeyIDs, " -> "))
+		if rep.UnsignedFrom > 0 {
+			fmt.Fprintf(stdout, "%s:%d: note: lines %d-%d are not signed yet (--live: the next checkpoint covers them)\n", name, rep.UnsignedFrom, rep.UnsignedFrom, rep.Lines)
+		}
+	} else if rep.Checkpoints > 0 {
+		fmt.Fprintf(stdout, "%s: note: %d signed checkpoint(s) not checked: pass --key audit.pub (without it a consistent rewrite passes)\n", name, rep.Checkpoints)
+	}
 	if rep.PartialTail {
 		fmt.Fprintf(stdout, "%s:%d: note: incomplete last line ignored (--live)\n", name, rep.Lines+1)
 	}
@@ -99,5 +126,22 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%s: anchors matched at seq %s\n", name, strings.Join(s, ", "))
 	}
+	return exitOK
+}
+
+func cmdAuditKeygen(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("audit keygen", stderr)
+	out := fs.String("out", "", "directory for audit.key and audit.pub (created 0700)")
+	if pos, err := parseFlags(fs, args); err != nil || len(pos) > 0 || *out == "" {
+		fmt.Fprint(stderr, auditUsage)
+		return exitUsage
+	}
+	pub, err := audit.GenerateKey(*out)
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd audit keygen: %v\n", err)
+		return exitUsage
+	}
+	fmt.Fprintf(stdout, "wrote %s (audit.sign_key: file:%s) and %s; key id %s\n",
+		filepath.Join(*out, audit.PrivateKeyFile), filepath.Join(*out, audit.PrivateKeyFile), filepath.Join(*out, audit.PublicKeyFile), audit.KeyID(pub))
 	return exitOK
 }

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -173,4 +176,78 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestAuditSignedCommand: keygen, a log signed with its key, and a
+// consistent rewrite (content changed, every seq and prev recomputed) that
+// passes audit verify without the key and fails with it.
+func TestAuditSignedCommand(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"audit", "keygen", "--out", keys}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("keygen: %d %s", code, stderr.String())
+	}
+	p := &policy.Policy{Audit: policy.Audit{SignKey: filepath.Join(keys, audit.PrivateKeyFile), CheckpointRecords: 2, CheckpointInterval: time.Hour}}
+	ao, err := daemon.AuditOptions(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, err := audit.OpenWith(path, ao)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(s.Handler(nil))
+	for _, h := range []string{"pypi.org", "files.pythonhosted.org", "169.254.169.254"} {
+		log.Info(audit.DecisionMsg, "host", h, "decision", "deny")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	// the rewrite: the metadata hit now reads as an ordinary host
+	rewritten := rechainLines(bytes.Replace(b, []byte("169.254.169.254"), []byte("example.com"), 1))
+	rwPath := filepath.Join(t.TempDir(), "rewritten.jsonl")
+	os.WriteFile(rwPath, rewritten, 0o600)
+	// a live log: the lines after the last checkpoint (record 3, not yet
+	// signed when the seal came) are reported, not refused
+	ls := bytes.SplitAfter(b, []byte{'\n'})
+	livePath := filepath.Join(t.TempDir(), "live.jsonl")
+	os.WriteFile(livePath, bytes.Join(ls[:6], nil), 0o600)
+	pub := filepath.Join(keys, audit.PublicKeyFile)
+	for _, tt := range []struct {
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{[]string{path}, exitOK, "signed checkpoint(s) not checked: pass --key"},
+		{[]string{"--key", pub, path}, exitOK, "signed: lines 1-8 covered by 3 checkpoint(s)"},
+		{[]string{rwPath}, exitOK, "intact"},
+		{[]string{"--key", pub, rwPath}, exitDeny, ":6: tampered: unsigned: no valid signature covers lines 6-8"},
+		{[]string{"--key", filepath.Join(keys, audit.PrivateKeyFile), path}, exitUsage, ""},
+		{[]string{"--key", pub, "--live", livePath}, exitOK, ":6: note: lines 6-6 are not signed yet"},
+		{[]string{"--key", pub, livePath}, exitDeny, "tampered: truncated"},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		code := run(context.Background(), append([]string{"audit", "verify"}, tt.args...), &stdout, &stderr)
+		if code != tt.wantCode || !strings.Contains(stdout.String(), tt.wantOut) {
+			t.Errorf("verify %v: exit %d, stdout %q, stderr %q; want %d and %q", tt.args, code, stdout.String(), stderr.String(), tt.wantCode, tt.wantOut)
+		}
+	}
+}
+
+// rechainLines recomputes every seq and prev of a log, as whoever can
+// write the file can.
+func rechainLines(b []byte) []byte {
+	var out []byte
+	var prev [32]byte
+	for i, l := range bytes.SplitAfter(bytes.TrimSuffix(b, []byte{'\n'}), []byte{'\n'}) {
+		l = bytes.TrimSuffix(l, []byte{'\n'})
+		body := l[bytes.Index(l, []byte(`,"audit":"`)):]
+		nl := fmt.Appendf(nil, `{"seq":%d,"prev":"%s"%s`, i+1, hex.EncodeToString(prev[:]), body)
+		prev = sha256.Sum256(nl)
+		out = append(append(out, nl...), '\n')
+	}
+	return out
 }

@@ -19,7 +19,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	sub := map[string][]string{"ca": {"export"}, "audit": {"verify"}, "nft": {"show"}}
+	sub := map[string][]string{"ca": {"export"}, "audit": {"verify"}, "nft": {"show"}, "honeytokens": {"issue"}}
 	for _, name := range names {
 		args := append(append([]string{name}, sub[name]...), "--help")
 		t.Run(name, func(t *testing.T) {

@@ -149,7 +149,10 @@ func TestScheduledSelftestIsNotHighRisk(t *testing.T) {
 	}
 	// more scheduled runs: still one post, one attempt in it
 	runs := metric("egressd_selftest_runs_total")
-	for metric("egressd_selftest_runs_total") < runs+5 {
+	for deadline := time.Now().Add(60 * time.Second); metric("egressd_selftest_runs_total") < runs+5; {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 5 scheduled self-test runs in 60 s (runs_total %v → %v)", runs, metric("egressd_selftest_runs_total"))
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	mu.Lock()

@@ -45,11 +45,15 @@ commands:
   probe     [--proxy HOST:PORT] [--dns HOST:PORT] [--json] [--junit FILE] [--every D | -- CMD [ARGS]]
                                                 the escape probes from inside a sandbox, reported to egressd
   nft       apply|show|down [--config FILE]     the kernel walls
-  report    [--config FILE] [--state-dir DIR] [--log FILE]
-                                                evidence pack for auditors (Markdown)
+  report    [--config FILE] [--state-dir DIR] [--log FILE] [--sign --out FILE]
+                                                evidence pack for auditors (Markdown), signed
+            verify --key PUB FILE               check a signed evidence pack
   ca        export [--state-dir DIR]            print egressd's CA certificate
-  audit     verify [--live] [--strict] [--anchor SEQ:HASH] FILE
-                                                check a hash-chained audit log
+  audit     verify [--live] [--strict] [--anchor SEQ:HASH] [--key PUB] FILE
+                                                check a hash-chained (and signed) audit log
+            keygen --out DIR                    the audit checkpoint signing key pair
+  honeytokens issue --identity ID [--state-dir DIR] [--home DIR]
+                                                canary credentials for a container or pod
   healthcheck URL                               exit 0 when URL answers 200 (container HEALTHCHECK)
   version                                       print the version, VCS revision and Go version (also --version)
 

@@ -31,6 +31,7 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Var(&keep, "env", "pass variable KEY from the host environment (repeatable; with --clean-env, or to silence the credential warning)")
 	noProbe := fs.Bool("no-probe", false, "start CMD without proving the sandbox sealed first (loudly)")
 	noTransparent := fs.Bool("no-transparent", false, "do not redirect the sandbox's TCP 443 and 80 to the checkpoint")
+	honeytokens := fs.Bool("honeytokens", false, "place canary credentials in CMD's environment (as honeytokens: true): any of them on the way out is refused and alerted")
 	argv, err := parseRunArgs(fs, args)
 	if err != nil || len(argv) == 0 {
 		fmt.Fprintln(stderr, "usage: egressd run [--config FILE] [--user U] [--state-dir D] [--log FILE] [--log-level L] [--clean-env] [--env KEY]... [--no-probe] [--no-transparent] -- CMD [ARGS...]")
@@ -57,7 +58,7 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 	}
 	code, err := runbox.Run(ctx, runbox.Config{
 		Policy: p, Logger: log, LogFile: *logFile, StateDir: *stateDir, Cred: cred, Argv: argv,
-		Env: os.Environ(), CleanEnv: *cleanEnv, KeepEnv: keep, NoTransparent: *noTransparent,
+		Env: os.Environ(), CleanEnv: *cleanEnv, KeepEnv: keep, NoTransparent: *noTransparent, Honeytokens: *honeytokens,
 		Probe: runProbe(*stateDir, stderr), NoProbe: *noProbe, ReadyExempt: probens.Conns.Has,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: stderr,
 	})

@@ -35,8 +35,9 @@ const anyPackage = "*"
 // internal/testnet and internal/testutil are for tests only: no production
 // code may import them, whatever this table says.
 var allowed = map[string][]string{
-	"policy":          {"policy/classify"},
+	"policy":          {"policy/classify", "policy/hostlist"},
 	"policy/classify": {},
+	"policy/hostlist": {}, // big host lists: mmap and unsafe stay behind Load/Covers/Len
 	"configs":         {},
 	"nft":             {},
 	"ca":              {},
@@ -44,24 +45,26 @@ var allowed = map[string][]string{
 	"audit":           {"event"},
 	"selftest":        {},
 	"event":           {},
-	"proxy":           {"policy", "event", "inject"},
+	"honeytoken":      {}, // canary credentials and their scan: a leaf the data path asks
+	"proxy":           {"policy", "event", "inject", "honeytoken"},
 	"inject":          {"policy"},          // secrets of inject rules: reads files, nothing else
 	"presets":         {"policy"},          // writes a config, checked by the parser
 	"suggest":         {"policy", "event"}, // reads decision logs and prints: never changes a config
-	"dnsfilter":       {"policy"},
-	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan"},
-	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox"},
+	"dnsfilter":       {"policy", "event", "honeytoken"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan", "honeytoken"},
+	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox", "honeytoken"},
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
 	"selftest/plan":    {"policy", "proxy", "selftest"},
 	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
 	"selftest/probe":   {"selftest"},
-	"report":           {"event", "nft", "policy", "selftest"},
+	"report":           {"event", "nft", "policy", "selftest", "audit", "honeytoken"},
 	"deploy":           {},
 
 	"cmd/egressd":      {anyPackage},
 	"bench":            {anyPackage},
 	"bench/faults/m17": {},
+	"examples/origin":  {}, // the quick start's local site: imports none of ours
 
 	"internal/archtest": {},
 	"internal/testnet":  {"sandbox"},

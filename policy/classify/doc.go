@@ -10,6 +10,11 @@
 // Adding an ecosystem is adding that file; TestEcosystemsDeclareAll fails
 // if one of the three is missing or does not do its job.
 //
-// Decoding helpers shared by both classifiers are in decode.go. The policy
+// Page types are split by concern: the decision (pagetype.go: ClassifyPage,
+// the read-only POST shapes, known writes and downloads), the words and
+// tables it reads (pagetype_tables.go), path parsing and the signals its
+// segments carry (pagetype_path.go), and query scanning
+// (pagetype_query.go). Decoding helpers shared by both classifiers are in
+// decode.go. The policy
 // package re-exports the types, so callers need not import this one.
 package classify

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package policy
+package hostlist
 
 import (
 	"os"

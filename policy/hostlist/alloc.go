@@ -1,4 +1,4 @@
-package policy
+package hostlist
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 // hugeMapMin: smaller arrays stay on the heap (a huge page is 2 MiB).
 const hugeMapMin = 4 << 20
 
-// bigAlloc hands out the large arrays of one DomainSet: mappings outside
+// bigAlloc hands out the large arrays of one Set: mappings outside
 // the Go heap where the platform gives them (mapBytes), heap slices
 // otherwise. The mappings live as long as the set does.
 type bigAlloc struct {
@@ -117,7 +117,7 @@ func (a *bigAlloc) freeAll() {
 
 // freeWith unmaps what is left once s is unreachable. Every method that
 // reads s's arrays keeps s alive until it is done (runtime.KeepAlive).
-func (a *bigAlloc) freeWith(s *DomainSet) {
+func (a *bigAlloc) freeWith(s *Set) {
 	if len(a.maps) == 0 {
 		return
 	}

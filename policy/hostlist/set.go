@@ -1,4 +1,4 @@
-package policy
+package hostlist
 
 import (
 	"bufio"
@@ -14,8 +14,8 @@ import (
 	"unsafe"
 )
 
-// DomainSet is a large, read-only set of domain names loaded from a list
-// file (deny.hosts_files): a category or threat list of tens of millions
+// Set is a large, read-only set of domain names loaded from a list
+// file: a category or threat list of tens of millions
 // of names, each of which is denied together with every name under it.
 //
 // It is built for that scale, not for the config's own lists: no pointer
@@ -28,7 +28,7 @@ import (
 // take about 760 MB of arena, 320 MB of entries and 128 MiB of directory; a
 // lookup is one hash per label of the name asked about, each reading two
 // neighbouring directory words and about one entry.
-type DomainSet struct {
+type Set struct {
 	seed  maphash.Seed
 	arena []byte   // the names, each followed by '\n'
 	ents  []uint64 // hash>>32<<32 | arena offset, sorted by hash>>shift
@@ -37,7 +37,7 @@ type DomainSet struct {
 }
 
 // Len is the number of distinct names in the set.
-func (s *DomainSet) Len() int {
+func (s *Set) Len() int {
 	if s == nil {
 		return 0
 	}
@@ -46,7 +46,7 @@ func (s *DomainSet) Len() int {
 
 // Covers reports whether name (normalized: lower case, no trailing dot)
 // or a domain it is under is in the set.
-func (s *DomainSet) Covers(name string) bool {
+func (s *Set) Covers(name string) bool {
 	if s == nil || len(s.ents) == 0 {
 		return false
 	}
@@ -55,7 +55,7 @@ func (s *DomainSet) Covers(name string) bool {
 	return found
 }
 
-func (s *DomainSet) covers(name string) bool {
+func (s *Set) covers(name string) bool {
 	for {
 		if s.has(name) {
 			return true
@@ -77,7 +77,7 @@ func indexDot(s string) int {
 	return -1
 }
 
-func (s *DomainSet) has(name string) bool {
+func (s *Set) has(name string) bool {
 	h := maphash.String(s.seed, name)
 	b := h >> s.shift
 	for _, e := range s.ents[s.dir[b]:s.dir[b+1]] {
@@ -89,7 +89,7 @@ func (s *DomainSet) has(name string) bool {
 }
 
 // nameAt reports whether the arena holds exactly name at off.
-func (s *DomainSet) nameAt(off uint32, name string) bool {
+func (s *Set) nameAt(off uint32, name string) bool {
 	end := int(off) + len(name)
 	return end < len(s.arena) && s.arena[end] == '\n' && string(s.arena[off:end]) == name
 }
@@ -97,13 +97,13 @@ func (s *DomainSet) nameAt(off uint32, name string) bool {
 // maxSetArena keeps arena offsets within 32 bits.
 const maxSetArena = 1<<32 - 1
 
-// LoadDomainSet reads a list file: one domain name per line; blank lines
+// Load reads a list file: one domain name per line; blank lines
 // and lines starting with '#' are skipped; a leading "*." or a trailing dot
 // is dropped (a name always covers the names under it). Names must be
 // ASCII (IDNs in their xn-- form) and at most 253 bytes, labels of 1 to 63
 // letters, digits, '-' or '_'. A bad line fails the load with its line
 // number: a list is never partly applied.
-func LoadDomainSet(path string) (*DomainSet, error) {
+func Load(path string) (*Set, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("host list: %w", err)
@@ -129,7 +129,7 @@ func LoadDomainSet(path string) (*DomainSet, error) {
 		// reload until a collection happens to run.
 		runtime.GC()
 	}
-	s, err := readDomainSet(f, fi.Size())
+	s, err := read(f, fi.Size())
 	if err != nil {
 		return nil, fmt.Errorf("host list %s: %w", path, err)
 	}
@@ -141,10 +141,10 @@ func LoadDomainSet(path string) (*DomainSet, error) {
 	return s, nil
 }
 
-// readDomainSet builds a set from r; sizeHint (the file size, or 0) sizes
+// read builds a set from r; sizeHint (the file size, or 0) sizes
 // the arena once, since no name is longer in the arena than on its line.
-func readDomainSet(r io.Reader, sizeHint int64) (*DomainSet, error) {
-	s := &DomainSet{seed: maphash.MakeSeed()}
+func read(r io.Reader, sizeHint int64) (*Set, error) {
+	s := &Set{seed: maphash.MakeSeed()}
 	var mem bigAlloc
 	built := false
 	defer func() {
@@ -203,7 +203,7 @@ func readDomainSet(r io.Reader, sizeHint int64) (*DomainSet, error) {
 // directory over them, dropping duplicates. Every pass reads and writes
 // memory in order (a hash table filled name by name takes a cache and TLB
 // miss per name: most of a 40-million-name load).
-func (s *DomainSet) index(ents []uint64, mem *bigAlloc) {
+func (s *Set) index(ents []uint64, mem *bigAlloc) {
 	bucketBits := max(bits.Len(uint(len(ents)))-1, 1) // about one name per bucket
 	s.shift = uint(64 - bucketBits)
 	s.dir = mem.uint32s(1<<bucketBits+1, false)
@@ -229,7 +229,7 @@ func (s *DomainSet) index(ents []uint64, mem *bigAlloc) {
 }
 
 // holds reports whether one of ents names the same name as e.
-func (s *DomainSet) holds(ents []uint64, e uint64) bool {
+func (s *Set) holds(ents []uint64, e uint64) bool {
 	for _, k := range ents {
 		if k>>32 == e>>32 {
 			off := uint32(e) // read the name only on a tag match: it is a cache miss

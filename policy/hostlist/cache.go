@@ -1,4 +1,4 @@
-package policy
+package hostlist
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 // A reload re-reads the config, and with it every deny.hosts_files list: a
 // 40-million-name list takes seconds and over a gigabyte, twice over while
 // the old policy still serves. A list whose file has not changed since it
-// was loaded is shared instead (a DomainSet is never changed once built).
+// was loaded is shared instead (a Set is never changed once built).
 
 // listStamp identifies one version of a list file.
 type listStamp struct {
@@ -33,11 +33,11 @@ var listCache = struct {
 
 type listCached struct {
 	stamp listStamp
-	set   weak.Pointer[DomainSet] // the cache never keeps a list alive
+	set   weak.Pointer[Set] // the cache never keeps a list alive
 }
 
 // cachedList returns the set loaded from path when its file is unchanged.
-func cachedList(path string, st listStamp) *DomainSet {
+func cachedList(path string, st listStamp) *Set {
 	listCache.Lock()
 	defer listCache.Unlock()
 	c, ok := listCache.m[path]
@@ -49,7 +49,7 @@ func cachedList(path string, st listStamp) *DomainSet {
 
 // rememberList records s as loaded from path at st (before the read) when
 // the file was not changed during the read (after) nor very recently.
-func rememberList(path string, st, after listStamp, s *DomainSet) {
+func rememberList(path string, st, after listStamp, s *Set) {
 	if st != after || listNow().Sub(later(st.mtime, st.ctime)) < racyWindow {
 		return
 	}
@@ -69,3 +69,7 @@ func later(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// MappedBytes is what the package holds mapped outside the Go heap now
+// (0 where lists are not mapped): for benchmarks and leak tests.
+func MappedBytes() int64 { return mappedBytes.Load() }

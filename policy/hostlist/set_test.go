@@ -1,4 +1,4 @@
-package policy
+package hostlist
 
 import (
 	"bufio"
@@ -13,11 +13,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
-func TestDomainSet(t *testing.T) {
+func TestSet(t *testing.T) {
 	list := "# threat list\n\nEvil.Example\n*.tracker.example.\n  spaced.example  \r\nevil.example\nx_y.example\n"
-	s, err := readDomainSet(strings.NewReader(list), 0)
+	s, err := read(strings.NewReader(list), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,57 +42,21 @@ func TestDomainSet(t *testing.T) {
 		{strings.Repeat("a", 64) + ".example\n", "63"},
 		{"a b.example\n", "not allowed"},
 	} {
-		if _, err := readDomainSet(strings.NewReader(tt.list), 0); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := read(strings.NewReader(tt.list), 0); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want an error containing %q", tt.list, err, tt.want)
 		}
 	}
-	var empty *DomainSet
+	var empty *Set
 	if empty.Covers("x.example") {
 		t.Error("a nil set covers a name")
 	}
 }
 
-// TestDenyHostsFiles: deny.hosts_files, relative to the config, deny the
-// listed names and the names under them, in the proxy and DNS decisions,
-// even under an allow rule; a bad list is a config error with its line.
-func TestDenyHostsFiles(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "threats.txt"), []byte("bad.example.com\n"), 0o600)
-	cfg := filepath.Join(dir, "egressd.yaml")
-	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - hosts: [\"*.example.com\", ok.example.com]\ndeny:\n  hosts_files: [threats.txt]\n"), 0o600)
-	p, err := Load(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.RuleForName("x.bad.example.com") != nil || p.RuleForName("bad.example.com") != nil {
-		t.Error("a listed name resolves")
-	}
-	if p.RuleForName("ok.example.com") == nil {
-		t.Error("an unlisted allowed name is refused")
-	}
-	if d := p.DecideTarget(mustParseAuthority(t, "x.bad.example.com:443")); d.Allow {
-		t.Errorf("CONNECT to a listed name: %+v", d)
-	}
-	os.WriteFile(filepath.Join(dir, "threats.txt"), []byte("bad.example.com\n10.0.0.1\n"), 0o600)
-	if _, err := Load(cfg); err == nil || !strings.Contains(err.Error(), "deny.hosts_files[0]") || !strings.Contains(err.Error(), "line 2") {
-		t.Errorf("bad list: %v", err)
-	}
-}
-
-func mustParseAuthority(t *testing.T, s string) *Target {
-	t.Helper()
-	tg, err := ParseAuthority(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tg
-}
-
-func FuzzDomainSet(f *testing.F) {
+func FuzzSet(f *testing.F) {
 	f.Add("evil.example\n# c\n*.x.example.\n")
 	f.Add("a..b\n\r\n")
 	f.Fuzz(func(t *testing.T, list string) {
-		s, err := readDomainSet(strings.NewReader(list), int64(len(list)))
+		s, err := read(strings.NewReader(list), int64(len(list)))
 		if err != nil {
 			return
 		}
@@ -134,31 +100,31 @@ func listSize() int {
 	return 1_000_000
 }
 
-// BenchmarkDomainSetLoad loads a generated list and reports the names and
-// measureLoad's figures.
-func BenchmarkDomainSetLoad(b *testing.B) {
+// BenchmarkSetLoad loads a generated list and reports the names and
+// testutil.MeasureLoad's figures.
+func BenchmarkSetLoad(b *testing.B) {
 	n := listSize()
 	path := filepath.Join(b.TempDir(), "list.txt")
 	writeList(b, path, n)
 	b.ResetTimer()
 	for range b.N {
-		var s *DomainSet
-		measureLoad(b, func() (any, error) {
+		var s *Set
+		testutil.MeasureLoad(b, MappedBytes, func() (any, error) {
 			var err error
-			s, err = LoadDomainSet(path)
+			s, err = Load(path)
 			return s, err
 		})
 		b.ReportMetric(float64(s.Len()), "names")
 	}
 }
 
-// BenchmarkDomainSetCovers: lookups of a 4-label name against the
+// BenchmarkSetCovers: lookups of a 4-label name against the
 // generated list — a hit on its registrable domain, and a miss (4 probes).
-func BenchmarkDomainSetCovers(b *testing.B) {
+func BenchmarkSetCovers(b *testing.B) {
 	n := listSize()
 	path := filepath.Join(b.TempDir(), "list.txt")
 	writeList(b, path, n)
-	s, err := LoadDomainSet(path)
+	s, err := Load(path)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -185,73 +151,11 @@ func BenchmarkDomainSetCovers(b *testing.B) {
 	})
 }
 
-// peakRSS is the process's VmHWM in MiB (0 where /proc is not there).
-func peakRSS() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return float64(kb) / 1024
-		}
-	}
-	return 0
-}
-
-// TestAllowHostsFiles: an allow rule's hosts_files hold patterns as its
-// hosts do, one a line; errors name the list's file and line.
-func TestAllowHostsFiles(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "allow.txt"), []byte("# fleet allowlist\npypi.example.com\n\n*.svc.example.org\n"), 0o600)
-	cfg := filepath.Join(dir, "egressd.yaml")
-	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - name: fleet\n    hosts_files: [allow.txt]\n"), 0o600)
-	p, err := Load(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]bool{"pypi.example.com": true, "a.svc.example.org": true, "svc.example.org": false, "x.pypi.example.com": false, "example.org": false} {
-		if got := p.RuleForName(name) != nil; got != want {
-			t.Errorf("%s allowed %v, want %v", name, got, want)
-		}
-	}
-	os.WriteFile(filepath.Join(dir, "allow.txt"), []byte("ok.example.com\n*.com\n"), 0o600)
-	if _, err := Load(cfg); err == nil || !strings.Contains(err.Error(), "allow.txt:2") {
-		t.Errorf("bad list: %v, want allow.txt:2", err)
-	}
-}
-
-// BenchmarkLoad1MHostsFile: a policy whose 1,000,000 hosts (half exact,
-// half wildcards) are in a hosts file, as a fleet's generated allowlist
-// should be; reports the load's CPU seconds, the heap it keeps and the
-// process's peak RSS.
-func BenchmarkLoad1MHostsFile(b *testing.B) {
-	dir := b.TempDir()
-	f, _ := os.Create(filepath.Join(dir, "hosts.txt"))
-	w := bufio.NewWriterSize(f, 1<<20)
-	for k := range 1_000_000 {
-		if k%2 == 0 {
-			fmt.Fprintf(w, "host%d.example%d.com\n", k, k%997)
-		} else {
-			fmt.Fprintf(w, "*.svc%d.example%d.org\n", k, k%991)
-		}
-	}
-	w.Flush()
-	f.Close()
-	cfg := filepath.Join(dir, "egressd.yaml")
-	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - name: fleet\n    ports: [443]\n    hosts_files: [hosts.txt]\n"), 0o600)
-	b.ResetTimer()
-	for range b.N {
-		measureLoad(b, func() (any, error) { return Load(cfg) })
-	}
-}
-
-// TestDomainSetMatchesAMap: a list big enough for mapped arrays and for
+// TestSetMatchesAMap: a list big enough for mapped arrays and for
 // buckets of several names, with duplicates in other cases and spellings,
 // answers as a map of its names does; a dropped set's mappings are given
 // back.
-func TestDomainSetMatchesAMap(t *testing.T) {
+func TestSetMatchesAMap(t *testing.T) {
 	base := mappedBytes.Load()
 	var list strings.Builder
 	want := map[string]bool{}
@@ -263,7 +167,7 @@ func TestDomainSetMatchesAMap(t *testing.T) {
 			fmt.Fprintf(&list, "*.H%d.Site%d.Example.\n", i%13, i)
 		}
 	}
-	s, err := readDomainSet(strings.NewReader(list.String()), int64(list.Len()))
+	s, err := read(strings.NewReader(list.String()), int64(list.Len()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,10 +199,10 @@ func TestDomainSetMatchesAMap(t *testing.T) {
 	}
 }
 
-// TestDomainSetSizes: lists of 0, 1 and 2 names.
-func TestDomainSetSizes(t *testing.T) {
+// TestSetSizes: lists of 0, 1 and 2 names.
+func TestSetSizes(t *testing.T) {
 	for _, list := range []string{"", "# only a comment\n", "one.example", "one.example\ntwo.example\n"} {
-		s, err := readDomainSet(strings.NewReader(list), int64(len(list)))
+		s, err := read(strings.NewReader(list), int64(len(list)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,22 +215,20 @@ func TestDomainSetSizes(t *testing.T) {
 	}
 }
 
-// TestDenyListSharedWhileUnchanged: a reload of a config whose list file
-// has not changed shares the loaded list (no second copy, no second load);
-// a changed file is read again, even at the same size and mtime; a file
+// TestListSharedWhileUnchanged: a reload of a list whose file has not
+// changed shares the loaded set (no second copy, no second load); a
+// changed file is read again, even at the same size and mtime; a file
 // changed within racyWindow of the load is never shared.
-func TestDenyListSharedWhileUnchanged(t *testing.T) {
+func TestListSharedWhileUnchanged(t *testing.T) {
 	dir := t.TempDir()
 	list := filepath.Join(dir, "threats.txt")
-	cfg := filepath.Join(dir, "egressd.yaml")
-	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - hosts: [\"*.example.com\"]\ndeny:\n  hosts_files: [threats.txt]\n"), 0o600)
-	load := func() *DomainSet {
+	load := func() *Set {
 		t.Helper()
-		p, err := Load(cfg)
+		s, err := Load(list)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p.denyLists[0]
+		return s
 	}
 	os.WriteFile(list, []byte("bad.example.com\n"), 0o600)
 	if a, b := load(), load(); a == b {
@@ -375,11 +277,11 @@ func waitFileClockPast(t *testing.T, dir string, fi os.FileInfo) {
 	}
 }
 
-// TestDomainSetKeepsOnlyItsNames: the arena is mapped (and faulted in) at
+// TestSetKeepsOnlyItsNames: the arena is mapped (and faulted in) at
 // the file's size before the names are known; what the names do not use
 // (comment lines, "*." prefixes, CRLF line ends) is given back once the
 // list is read, not held as long as the set lives.
-func TestDomainSetKeepsOnlyItsNames(t *testing.T) {
+func TestSetKeepsOnlyItsNames(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("lists are mapped on Linux only")
 	}
@@ -392,7 +294,7 @@ func TestDomainSetKeepsOnlyItsNames(t *testing.T) {
 		}
 	}
 	base := mappedBytes.Load()
-	s, err := readDomainSet(strings.NewReader(list.String()), int64(list.Len()))
+	s, err := read(strings.NewReader(list.String()), int64(list.Len()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +326,7 @@ func TestFailedListLoadGivesBackItsMemory(t *testing.T) {
 	}
 	base := mappedBytes.Load()
 	for range 3 {
-		if _, err := LoadDomainSet(path); err == nil {
+		if _, err := Load(path); err == nil {
 			t.Fatal("a bad list loaded")
 		}
 		if held := mappedBytes.Load() - base; held != 0 {
@@ -433,23 +335,23 @@ func TestFailedListLoadGivesBackItsMemory(t *testing.T) {
 	}
 }
 
-// TestDomainSetLookupsWhileReloadedAndCollected: lookups on lists in
+// TestSetLookupsWhileReloadedAndCollected: lookups on lists in
 // mapped memory while lists are reloaded (read again, or shared through
 // the cache), dropped and collected, and their mappings given back: a
 // lookup on a set whose memory was unmapped under it would crash the test
 // binary, a wrong answer fails it. Run it under -race too.
-func TestDomainSetLookupsWhileReloadedAndCollected(t *testing.T) {
+func TestSetLookupsWhileReloadedAndCollected(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "list.txt")
 	const n = 250_000 // over 4 MiB: the arrays are mappings
 	writeList(t, path, n)
 	defer func(now func() time.Time) { listNow = now }(listNow)
 	listNow = func() time.Time { return time.Now().Add(time.Hour) } // shared while unchanged
-	first, err := LoadDomainSet(path)
+	first, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cur atomic.Pointer[DomainSet]
+	var cur atomic.Pointer[Set]
 	cur.Store(first)
 	first = nil
 	done := make(chan struct{})
@@ -496,7 +398,7 @@ func TestDomainSetLookupsWhileReloadedAndCollected(t *testing.T) {
 			fmt.Fprintf(f, "# round %d\n", round)
 			f.Close()
 		}
-		s, err := LoadDomainSet(path)
+		s, err := Load(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -573,11 +475,11 @@ func TestDenyListChangesAreSeen(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := LoadDomainSet(path)
+			a, err := Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if b, _ := LoadDomainSet(path); b != a {
+			if b, _ := Load(path); b != a {
 				t.Fatal("an unchanged list is not shared")
 			}
 			waitFileClockPast(t, dir, fi)
@@ -585,7 +487,7 @@ func TestDenyListChangesAreSeen(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.Chtimes(path, fi.ModTime(), fi.ModTime())
-			c, err := LoadDomainSet(path)
+			c, err := Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -623,7 +525,7 @@ func TestReloadedListsDoNotPileUp(t *testing.T) {
 		}
 		fmt.Fprintf(f, "# round %d\n", round) // changed: read again
 		f.Close()
-		s, err := LoadDomainSet(path)
+		s, err := Load(path)
 		if err != nil {
 			t.Fatal(err)
 		}

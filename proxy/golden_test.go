@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/ from what the code writes now")
+
+// TestDecisionLineGolden holds the decision line, the record users and
+// SIEMs parse, to testdata/decisions.golden: keys, their order, levels and
+// values for an allow, a high-risk denial, a no-rule denial, a page-type
+// denial and an upstream failure. Only the time, the origin's random port
+// and byte counts (placeholders) are masked. A change to the line is a
+// contract change: rerun with -update and say why in the commit.
+func TestDecisionLineGolden(t *testing.T) {
+	h := newHarness(t, testConfig, testNames)
+	port := h.plain.port()
+	requests := []struct{ method, url string }{
+		{"GET", "http://allowed.test:" + port + "/golden/allowed?q=1"},
+		{"GET", "http://meta.test:" + port + "/golden/latest/meta-data/"},
+		{"GET", "http://unlisted.test:" + port + "/golden/unlisted"},
+		{"POST", "http://docs.test:" + port + "/golden/login"},
+		{"GET", "http://allowed.test:1/golden/unreachable"},
+	}
+	var lines []string
+	for _, r := range requests {
+		h.do(r.method, r.url, strings.NewReader(""), nil)
+		path := r.url[strings.Index(r.url[len("http://"):], "/")+len("http://"):]
+		path, _, _ = strings.Cut(path, "?")
+		line, err := h.logs.Wait(10*time.Second, nil, `"msg":"decision"`, `"path":"`+path+`"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, maskDecisionLine(line, port))
+	}
+	checkGolden(t, filepath.Join("testdata", "decisions.golden"), strings.Join(lines, "\n")+"\n")
+}
+
+var (
+	goldenTime  = regexp.MustCompile(`"time":"[^"]*",`)
+	goldenBytes = regexp.MustCompile(`"(bytes_in|bytes_out|bytes)":[1-9][0-9]*`)
+)
+
+func maskDecisionLine(line, port string) string {
+	line = goldenTime.ReplaceAllString(line, "")
+	line = strings.ReplaceAll(line, `"port":`+port+`,`, `"port":"<origin>",`)
+	return goldenBytes.ReplaceAllString(line, `"$1":"<n>"`)
+}
+
+// checkGolden compares got with the file at path, or rewrites the file
+// with -update.
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from what the code writes now (rerun with -update if the change is meant):\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}

@@ -1,0 +1,144 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/egressd/egressd/honeytoken"
+)
+
+// wsFrame builds one masked client frame (RFC 6455) of payload.
+func wsFrame(opcode byte, fin bool, payload []byte, mask [4]byte) []byte {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	f := []byte{b0}
+	switch n := len(payload); {
+	case n < 126:
+		f = append(f, 0x80|byte(n))
+	case n < 1<<16:
+		f = append(f, 0x80|126)
+		f = binary.BigEndian.AppendUint16(f, uint16(n))
+	default:
+		f = append(f, 0x80|127)
+		f = binary.BigEndian.AppendUint64(f, uint64(n))
+	}
+	f = append(f, mask[:]...)
+	for i, c := range payload {
+		f = append(f, c^mask[i%4])
+	}
+	return f
+}
+
+func TestWSScanner(t *testing.T) {
+	ts, _ := honeytoken.Issue("ws-agent")
+	reg := honeytoken.NewRegistry()
+	reg.Set("t", ts)
+	tok := ts[2].Value
+	mask := [4]byte{0x12, 0x34, 0x56, 0x78}
+	long := strings.Repeat("x", 70000)
+	tests := []struct {
+		name   string
+		stream []byte
+		want   bool
+	}{
+		{"plain message", wsFrame(1, true, []byte("hello "+tok), mask), true},
+		{"no token", wsFrame(1, true, []byte("hello world"), mask), false},
+		{"16-bit length", wsFrame(2, true, []byte(long[:300]+tok), mask), true},
+		{"64-bit length", wsFrame(2, true, []byte(long+tok), mask), true},
+		{"split across fragments", append(wsFrame(1, false, []byte("a "+tok[:10]), mask), wsFrame(0, true, []byte(tok[10:]+" b"), mask)...), true},
+		{"after an empty frame and a ping", append(append(wsFrame(9, true, nil, mask), wsFrame(10, true, []byte("p"), mask)...), wsFrame(1, true, []byte(tok), mask)...), true},
+		{"masked bytes only: not in the raw stream", wsFrame(1, true, []byte("zzzz"), mask), false},
+	}
+	for _, tt := range tests {
+		for _, chunk := range []int{1, 3, 7, 4096, len(tt.stream)} {
+			s := &wsScanner{reg: reg}
+			found := false
+			for b := tt.stream; len(b) > 0 && !found; {
+				n := min(chunk, len(b))
+				_, found = s.feed(b[:n])
+				b = b[n:]
+			}
+			if found != tt.want {
+				t.Errorf("%s, chunks of %d: found %v, want %v", tt.name, chunk, found, tt.want)
+			}
+		}
+	}
+	// the raw (masked) stream never shows the token: only unmasking finds it
+	if raw := wsFrame(1, true, []byte(tok), mask); bytes.Contains(raw, []byte(tok)) {
+		t.Fatal("test frame not masked")
+	}
+}
+
+func FuzzWSScanner(f *testing.F) {
+	ts, _ := honeytoken.Issue("fuzz")
+	reg := honeytoken.NewRegistry()
+	reg.Set("t", ts)
+	f.Add(wsFrame(1, true, []byte("x"+ts[0].Value), [4]byte{1, 2, 3, 4}), 5)
+	f.Add([]byte{0x81, 0xff, 0, 0, 0, 0, 0, 0, 0, 9}, 2)
+	f.Fuzz(func(t *testing.T, b []byte, chunk int) {
+		chunk = max(1, chunk%64)
+		s := &wsScanner{reg: reg}
+		for len(b) > 0 {
+			n := min(chunk, len(b))
+			s.feed(b[:n])
+			b = b[n:]
+		}
+		if len(s.carry) > wsCarry || len(s.head) > 14 {
+			t.Fatalf("state grew: carry %d head %d", len(s.carry), len(s.head))
+		}
+	})
+}
+
+// TestWebSocketHoneytoken: a honeytoken in a client's WebSocket message on
+// an allowed WebSocket rule closes the connection before the origin gets
+// it, logged and alerted as a honeytoken; a message without one echoes.
+func TestWebSocketHoneytoken(t *testing.T) {
+	ts, _ := honeytoken.Issue("ws-agent")
+	reg := honeytoken.NewRegistry()
+	reg.Set("t", ts)
+	var mu sync.Mutex
+	var alerts []Attempt
+	h := newHarnessWith(t, wsConfig, wsNames, func(c *Config) {
+		c.Honeytokens = reg
+		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock() }
+	})
+	port, _ := wsOrigin(t, h)
+	tc := inspectedTLS(t, h, "ws.test", port)
+	cfg, err := websocket.NewConfig("wss://ws.test:"+port+"/chat", "https://ws.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := websocket.NewClient(cfg, tc)
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	var got string
+	if err := websocket.Message.Send(ws, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if err := websocket.Message.Receive(ws, &got); err != nil || got != "hello" {
+		t.Fatalf("echo without a canary: %q %v", got, err)
+	}
+	websocket.Message.Send(ws, "exfil "+ts[1].Value)
+	if err := websocket.Message.Receive(ws, &got); err == nil {
+		t.Fatalf("the message with a canary came back: %q", got)
+	}
+	line := waitLog(t, h, `"honeytoken_where":"websocket"`)
+	for _, want := range []string{`"reason":"honeytoken"`, `"honeytoken":"aws-secret-access-key"`, `"honeytoken_of":"ws-agent"`, `"decision":"deny"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line lacks %s: %s", want, line)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(alerts) != 1 || alerts[0].Where != "websocket" {
+		t.Fatalf("alerts %+v", alerts)
+	}
+}
