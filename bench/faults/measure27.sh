@@ -61,7 +61,7 @@ listen: {proxy: "127.0.0.1:$PP", admin: "127.0.0.1:$AP"}
 resolver: {upstreams: ["127.0.0.1:9"]}
 allow:
   - {name: origin, cidrs: [127.0.0.1/32], ports: [$HTTP], pages: ["*"]}
-  - {name: echo, cidrs: [127.0.0.1/32], ports: [$ECHO], tls: false}
+  - {name: echo, cidrs: [127.0.0.1/32], ports: [$ECHO], pages: ["*"], tls: false}
   - {name: tunnelable, cidrs: [127.0.0.1/32], ports: [443]}
   - {name: extra, cidrs: [127.0.0.1/32], ports: [$((20000 + $1))]}
 limits:
