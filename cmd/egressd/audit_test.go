@@ -20,6 +20,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -41,6 +42,25 @@ func writeAuditLog(t *testing.T) (string, [][]byte) {
 	}
 	b, _ := os.ReadFile(path)
 	return path, bytes.SplitAfter(b, []byte{'\n'})[:5]
+}
+
+// writeTunnelLog writes a closed log in which one tunnel opened and its
+// close record was never written (a stop that sealed before it).
+func writeTunnelLog(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tunnels.jsonl")
+	s, err := audit.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(s.Handler(nil))
+	log.Info(audit.DecisionMsg, event.KeyHost, "pypi.org", event.KeyTunnel, event.TunnelOpen, event.KeyTunnelID, 1)
+	log.Info(audit.DecisionMsg, event.KeyHost, "pypi.org", event.KeyTunnel, event.TunnelOpen, event.KeyTunnelID, 2)
+	log.Info(audit.DecisionMsg, event.KeyHost, "pypi.org", event.KeyTunnel, event.TunnelClose, event.KeyTunnelID, 2)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestAuditVerifyCommand(t *testing.T) {
@@ -65,6 +85,7 @@ func TestAuditVerifyCommand(t *testing.T) {
 		{"truncated tail", []string{write("truncated", lines[:4]...)}, exitDeny, ":5: tampered: truncated:"},
 		{"truncated tail, --live", []string{"--live", write("live", lines[:4]...)}, exitOK, "not sealed (--live)"},
 		{"flags after the file", []string{write("live2", lines[:4]...), "--live"}, exitOK, "intact"},
+		{"a tunnel without its close record", []string{writeTunnelLog(t)}, exitDeny, ":5: incomplete: sealed with 1 tunnel(s) whose close record was never written"},
 		{"missing file", []string{filepath.Join(dir, "nope")}, exitUsage, ""},
 		{"bad anchor", []string{"--anchor", "x", clean}, exitUsage, ""},
 		{"two files", []string{clean, clean}, exitUsage, ""},
