@@ -8,8 +8,9 @@
 # Everything runs in a network namespace of its own with only lo up (nothing
 # reaches the machine's network; `egressd serve` never runs as root in the
 # machine's own namespace), with the real self-test (proxy-only mode: no
-# --walls). The rule allows an echo origin on 127.0.0.1:443, so every
-# self-test runs the silent-tunnel probe and takes about 5 s, as in the issue.
+# --walls). A rule allows tunnel.example.com:443 (resolved by the origin's
+# resolver to an echo origin on 127.0.0.1:443), so every self-test runs the
+# silent-tunnel probe and takes about 5 s, as in the issue.
 # It prints, per measurement, what it did and its figures:
 #   1. reloads at a cadence: M27_RELOADS (4) changed configs, one every
 #      M27_CADENCE seconds (30), then one SIGHUP with nothing changed, while
@@ -41,8 +42,8 @@ PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 want() { [[ " ${M27_ONLY:-1 2 3} " == *" $1 "* ]]; }
 
-HTTP=18080 ECHO=18081 PP=13128 AP=19090
-"$W/m17" door-origin -http 127.0.0.1:$HTTP -echo 127.0.0.1:$ECHO,127.0.0.1:443 > "$W/origin.log" 2>&1 &
+HTTP=18080 ECHO=18081 PP=13128 AP=19090 UPDNS=15353
+"$W/m17" door-origin -http 127.0.0.1:$HTTP -echo 127.0.0.1:$ECHO,127.0.0.1:443 -dns 127.0.0.1:$UPDNS > "$W/origin.log" 2>&1 &
 PIDS+=($!)
 for i in $(seq 100); do grep -q listening "$W/origin.log" && break; sleep 0.1; done
 
@@ -58,11 +59,11 @@ config() {
   cat > "$W/egressd.yaml.tmp" <<EOC
 version: 1
 listen: {proxy: "127.0.0.1:$PP", admin: "127.0.0.1:$AP"}
-resolver: {upstreams: ["127.0.0.1:9"]}
+resolver: {upstreams: ["127.0.0.1:$UPDNS"]}
 allow:
   - {name: origin, cidrs: [127.0.0.1/32], ports: [$HTTP], pages: ["*"]}
   - {name: echo, cidrs: [127.0.0.1/32], ports: [$ECHO], pages: ["*"], tls: false}
-  - {name: tunnelable, cidrs: [127.0.0.1/32], ports: [443]}
+  - {name: tunnelable, hosts: [tunnel.example.com], cidrs: [127.0.0.1/32], ports: [443]}
   - {name: extra, cidrs: [127.0.0.1/32], ports: [$((20000 + $1))]}
 limits:
   $GRACE

@@ -17,22 +17,38 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // The door measurements (bench/faults/measure27.sh, issue 27): an origin
 // that answers "ok" and echoes, clients that count refusals while egressd
 // reloads, and many tunnels held open across a stop.
 
-// doorOrigin serves "ok" over HTTP on -http and echoes TCP on each -echo
-// address, until killed.
+// doorOrigin serves "ok" over HTTP on -http, echoes TCP on each -echo
+// address, and answers every A question with 127.0.0.1 over UDP on -dns
+// (egressd's upstream resolver), until killed.
 func doorOrigin(args []string) error {
 	fs := flag.NewFlagSet("door-origin", flag.ContinueOnError)
 	httpAddr := fs.String("http", "", "listen address of the HTTP origin")
 	echo := fs.String("echo", "", "comma-separated listen addresses of TCP echo origins")
+	dnsAddr := fs.String("dns", "", "listen address of a resolver answering 127.0.0.1")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	errc := make(chan error, 8)
+	if *dnsAddr != "" {
+		srv := &dns.Server{Addr: *dnsAddr, Net: "udp", Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+			m := new(dns.Msg)
+			m.SetReply(r)
+			if len(r.Question) == 1 && r.Question[0].Qtype == dns.TypeA {
+				rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A 127.0.0.1")
+				m.Answer = append(m.Answer, rr)
+			}
+			w.WriteMsg(m) //nolint:errcheck
+		})}
+		go func() { errc <- srv.ListenAndServe() }()
+	}
 	if *httpAddr != "" {
 		l, err := net.Listen("tcp", *httpAddr)
 		if err != nil {

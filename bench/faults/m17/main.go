@@ -13,7 +13,7 @@
 //
 // and those of bench/faults/measure27.sh (issue 27, door.go):
 //
-//	m17 door-origin -http ADDR -echo ADDR[,ADDR]
+//	m17 door-origin -http ADDR -echo ADDR[,ADDR] [-dns ADDR]
 //	m17 load -proxy ADDR -url URL -c 4          # until SIGTERM: 200s and refusals
 //	m17 tunnels -proxy ADDR -target ADDR -n 2000 # holds them until SIGTERM
 package main
