@@ -102,7 +102,7 @@ if want 1 || want 2; then
     sleep "$C"; kill -HUP "$EG"; sleep 10
     loadstop
     reloads
-    echo "  refusals per reload: $(awk -v r=$((R + 1)) '/refused/ {printf "%.1f", $6 / r}' "$W/load.out") (over '$((R + 1))' reloads, the unchanged SIGHUP included)"
+    echo "  refusals per reload: $(awk -v r=$((R + 1)) '/refused/ {printf "%.1f", $6 / r}' "$W/load.out") (over $((R + 1)) reloads, the unchanged SIGHUP included)"
   fi
   if want 2; then
     N=${M27_STORM:-20}
