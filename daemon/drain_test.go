@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +175,57 @@ allow:
 	}
 	if !rep.Sealed || rep.Tunnels != n || rep.OpenTunnels != 0 {
 		t.Errorf("verify: sealed %v, %d tunnels, %d open; want sealed, %d, 0", rep.Sealed, rep.Tunnels, rep.OpenTunnels, n)
+	}
+}
+
+// TestStopLetsRequestsFinish: a plain request in flight when the stop
+// begins (no tunnel open) is answered within the grace, not cut.
+func TestStopLetsRequestsFinish(t *testing.T) {
+	got, release := make(chan struct{}), make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		close(got)
+		<-release
+		io.WriteString(w, "late but whole")
+	}))
+	t.Cleanup(slow.Close)
+	cfg := fmt.Sprintf("version: 1\nlisten:\n  admin: 127.0.0.1:0\nlimits:\n  shutdown_grace: 5s\nallow:\n  - name: slow\n    cidrs: [127.0.0.1/32]\n    ports: [%s]\n    pages: [\"*\"]\n", port(slow.URL))
+	f := startWith(t, func(o *Options) {
+		o.Load = func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "t.yaml") }
+	})
+	type answer struct {
+		code int
+		body string
+		err  error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		resp, err := f.client.Get(slow.URL)
+		if err != nil {
+			answers <- answer{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answers <- answer{resp.StatusCode, string(b), err}
+	}()
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the origin")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- f.stop() }()
+	select {
+	case <-f.d.Draining():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stop did not start draining")
+	}
+	release <- struct{}{}
+	a := <-answers
+	if a.err != nil || a.code != 200 || a.body != "late but whole" {
+		t.Errorf("a request in flight at the stop: %d %q %v, want 200 and its whole body", a.code, a.body, a.err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("stop: %v", err)
 	}
 }

@@ -102,16 +102,18 @@ func (x *Proxy) Drain(ctx context.Context, grace time.Duration) (cut int, err er
 		go func() { done <- s.Shutdown(gctx) }() // closes the listeners now
 	}
 	x.waitTunnels(gctx) //nolint:errcheck // the grace ended: what is open is cut below
+	var errs []error
+	for range srvs { // each returns once its requests are done, or at the grace's end
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	}
 	cut = x.OpenTunnels()
 	cancel()
 	x.ids.closeAll()
 	x.up.closeIdle()
-	var errs []error
-	for i := range srvs {
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, http.ErrServerClosed) {
-			errs = append(errs, err)
-		}
-		srvs[i].Close() // requests still running after the grace
+	for _, s := range srvs {
+		s.Close() // requests still running after the grace
 	}
 	if err := x.waitTunnels(ctx); err != nil {
 		errs = append(errs, errors.New("tunnels still writing their last records: "+err.Error()))
