@@ -1,6 +1,7 @@
 # egressd container image: a static binary on distroless, non-root by default.
 #
-#   docker build -t egressd:dev .
+#   deploy/image.sh [kind|k3d]     # ghcr.io/egressd/egressd:<VERSION>, the manifests' image
+#   docker build -t egressd:dev .   # an unversioned local build
 #   docker run --rm -p 127.0.0.1:3128:3128 egressd:dev          # proxy only: no capabilities
 #
 # Walls (nftables) and `egressd run` sandboxes need root in the container and
@@ -10,12 +11,14 @@
 FROM --platform=$BUILDPLATFORM golang:1.26.8-bookworm AS build
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
+# deploy/image.sh passes the VERSION file's; `egressd version` shows it
+ARG VERSION=devel
 ENV CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download && go mod verify
 COPY . .
-RUN GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w" -o /out/egressd ./cmd/egressd
+RUN GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w -X github.com/egressd/egressd/daemon.version=${VERSION}" -o /out/egressd ./cmd/egressd
 # The image's config is the default policy listening on all the container's
 # addresses (the published ports decide what the host exposes). The state
 # directory (egressd's CA) must exist and belong to the runtime user:

@@ -159,10 +159,13 @@ func run(o *options) error {
 	fmt.Printf("## egressd side by side — %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Println(machine(o))
 	fmt.Println()
+	var runs [][]row
 	for i := 1; i <= o.runs; i++ {
 		rows := compare(o, or, dir, i)
 		printTable(os.Stdout, o, rows, i)
+		runs = append(runs, rows)
 	}
+	printMedians(os.Stdout, runs)
 	if o.scale && (o.wants("scale") || o.wants("tunnels")) {
 		if err := scaleTunnels(o, or, dir); err != nil {
 			fmt.Printf("\nscale (idle tunnels): %v\n", err)
@@ -464,11 +467,11 @@ func printBulkGoals(w io.Writer, direct *row, rows ...*row) {
 			continue
 		}
 		pct := r.bulk / direct.bulk
-		goal := "≥ 90% of direct"
+		goal := "≥ 95% of direct"
 		if r.kind == "inspected" {
 			goal = "(informative)"
 		}
-		fmt.Fprintf(w, "| bulk, %s | %.0f MB/s | direct %.0f MB/s | %.2f× | %s %s |\n", r.name, r.bulk, direct.bulk, pct, goal, okIf(r.kind != "inspected", pct >= 0.9))
+		fmt.Fprintf(w, "| bulk, %s | %.0f MB/s | direct %.0f MB/s | %.2f× | %s %s |\n", r.name, r.bulk, direct.bulk, pct, goal, okIf(r.kind != "inspected", pct >= bulkGoal))
 	}
 }
 
@@ -541,6 +544,75 @@ func printGoals(w io.Writer, rows []row, direct *row) {
 	if insp != nil && direct != nil {
 		fmt.Fprintf(w, "| inspected vs direct: HTTP req/s, tunnels/s | %.0f, %.0f | %.0f, %.0f | %.2f×, %.2f× | (informative) |\n",
 			insp.ka.rate(), insp.ct.rate(), direct.ka.rate(), direct.ct.rate(), insp.ka.rate()/direct.ka.rate(), insp.ct.rate()/direct.ct.rate())
+	}
+	fmt.Fprintln(w)
+}
+
+// bulkGoal is the share of direct throughput a spliced tunnel must keep.
+const bulkGoal = 0.95
+
+// printMedians prints, over two or more runs, the median of each figure
+// issue 27 sets a goal on, so one noisy round on a shared machine decides
+// nothing: CPU per new spliced tunnel against tinyproxy's (and the other
+// peers'), and bulk through egressd against direct. The spread (lowest
+// to highest) says how noisy the rounds were.
+func printMedians(w io.Writer, runs [][]row) {
+	if len(runs) < 2 {
+		return
+	}
+	figure := func(name string, val func(r, direct *row) float64) (med, lo, hi float64, n int) {
+		var vs []float64
+		for _, rows := range runs {
+			var direct *row
+			for i := range rows {
+				if rows[i].kind == "direct" && rows[i].err == nil {
+					direct = &rows[i]
+				}
+			}
+			for i := range rows {
+				if r := &rows[i]; r.name == name && r.err == nil {
+					if v := val(r, direct); v > 0 {
+						vs = append(vs, v)
+					}
+				}
+			}
+		}
+		if len(vs) == 0 {
+			return 0, 0, 0, 0
+		}
+		slices.Sort(vs)
+		med = vs[len(vs)/2]
+		if len(vs)%2 == 0 {
+			med = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+		}
+		return med, vs[0], vs[len(vs)-1], len(vs)
+	}
+	cpu := func(r, _ *row) float64 { return r.ct.cpuPerOp() }
+	bulk := func(r, direct *row) float64 {
+		if direct == nil || direct.bulk <= 0 {
+			return 0
+		}
+		return r.bulk / direct.bulk
+	}
+	fmt.Fprintf(w, "### Median of %d runs\n\n", len(runs))
+	fmt.Fprintln(w, "| figure | proxy | median | lowest–highest | runs |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|")
+	egCPU, _, _, _ := figure("egressd", cpu)
+	for _, name := range []string{"egressd", "tinyproxy", "squid", "smokescreen"} {
+		if m, lo, hi, n := figure(name, cpu); n > 0 {
+			fmt.Fprintf(w, "| CPU µs per new spliced tunnel | %s | %.0f | %.0f–%.0f | %d |\n", name, m, lo, hi, n)
+		}
+	}
+	egBulk, bulkLo, bulkHi, bulkN := figure("egressd", bulk)
+	if bulkN > 0 {
+		fmt.Fprintf(w, "| bulk, share of direct | egressd | %.2f | %.2f–%.2f | %d |\n", egBulk, bulkLo, bulkHi, bulkN)
+	}
+	fmt.Fprintln(w)
+	if tp, _, _, n := figure("tinyproxy", cpu); n > 0 && egCPU > 0 {
+		fmt.Fprintf(w, "Goal: CPU per new spliced tunnel ≤ tinyproxy's, medians: %.0f µs against %.0f µs (%.2f×) %s.\n", egCPU, tp, egCPU/tp, okIf(true, egCPU <= tp))
+	}
+	if bulkN > 0 {
+		fmt.Fprintf(w, "Goal: bulk ≥ %.2f of direct, median: %.2f %s.\n", bulkGoal, egBulk, okIf(true, egBulk >= bulkGoal))
 	}
 	fmt.Fprintln(w)
 }

@@ -75,6 +75,14 @@ const (
 	mHeap       = "go_memstats_heap_inuse_bytes"
 	mStack      = "go_memstats_stack_inuse_bytes"
 	mTunnels    = "egressd_open_tunnels"
+
+	// where the memory not given back sits (runtime.MemStats)
+	mSys          = "go_memstats_sys_bytes"
+	mHeapIdle     = "go_memstats_heap_idle_bytes"
+	mHeapReleased = "go_memstats_heap_released_bytes"
+	mGCSys        = "go_memstats_gc_sys_bytes"
+	mOtherSys     = "go_memstats_other_sys_bytes"
+	mSpanSys      = "go_memstats_mspan_sys_bytes"
 )
 
 // scaleTunnels holds o.tunnels idle CONNECT tunnels through egressd for
@@ -169,19 +177,16 @@ func scaleTunnels(o *options, or *origin, dir string) error {
 		}
 	}
 	closed := time.Now()
-	var after map[string]float64
-	for {
-		after, err = metricsOf(p.admin, names...)
-		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
-		if (after[mGoroutines] <= before[mGoroutines] && after[mFDs] <= before[mFDs] && or.sinkConns.Load() == 0) || time.Since(closed) > 20*time.Second {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	after, err := drained(p.admin, names, before, or)
+	if err != nil {
+		return err
 	}
 	drain := time.Since(closed)
 	rssAfter, hwm := procMem(pid)
+	mb, err := memoryAfter(p.admin, pid, closed, rssBefore, max(rssHeld, rssAfter))
+	if err != nil {
+		return err
+	}
 
 	perTunnel := float64(rssHeld-rssBefore) / float64(max(opened, 1))
 	leakG := after[mGoroutines] - before[mGoroutines]
@@ -195,19 +200,99 @@ func scaleTunnels(o *options, or *origin, dir string) error {
 	fmt.Println("|---|--:|--:|--:|")
 	fmt.Printf("| tunnels open (egressd_open_tunnels) | %.0f | %.0f | %.0f |\n", before[mTunnels], held[mTunnels], after[mTunnels])
 	fmt.Printf("| tunnels at the origin sink | 0 | %d (all %d up), %d after %s | %d |\n", atSink, opened, stillAtSink, o.hold, or.sinkConns.Load())
-	fmt.Printf("| RSS MiB | %.1f | %.1f | %.1f |\n", mib(rssBefore), mib(rssHeld), mib(rssAfter))
-	fmt.Printf("| Go heap in use MiB | %.1f | %.1f | %.1f |\n", mib(int64(before[mHeap])), mib(int64(held[mHeap])), mib(int64(after[mHeap])))
-	fmt.Printf("| Go stacks MiB | %.1f | %.1f | %.1f |\n", mib(int64(before[mStack])), mib(int64(held[mStack])), mib(int64(after[mStack])))
+	fmt.Printf("| RSS MiB | %.1f | %.1f | %.1f (%.1f after %s) |\n", mib(rssBefore), mib(rssHeld), mib(rssAfter), mib(mb.minute), mb.lateAt)
+	fmt.Printf("| Go heap in use MiB | %.1f | %.1f | %.1f (%.1f after %s) |\n", mib(int64(before[mHeap])), mib(int64(held[mHeap])), mib(int64(after[mHeap])), mib(int64(mb.late[mHeap])), mb.lateAt)
+	fmt.Printf("| Go stacks MiB | %.1f | %.1f | %.1f (%.1f after %s) |\n", mib(int64(before[mStack])), mib(int64(held[mStack])), mib(int64(after[mStack])), mib(int64(mb.late[mStack])), mb.lateAt)
 	fmt.Printf("| goroutines | %.0f | %.0f | %.0f |\n", before[mGoroutines], held[mGoroutines], after[mGoroutines])
 	fmt.Printf("| open fds | %.0f | %.0f | %.0f |\n", before[mFDs], held[mFDs], after[mFDs])
 	fmt.Println()
 	fmt.Printf("Setup: %d tunnels in %.1f s (%.0f/s, 32 at a time), proxy CPU %.0f µs per tunnel. ", opened, setup.Seconds(), float64(opened)/setup.Seconds(), float64(cpuSetup.Microseconds())/float64(max(opened, 1)))
 	fmt.Printf("Memory: %.1f KiB RSS per idle tunnel; peak RSS %.1f MiB (goal < 300 MiB %s). ", perTunnel/1024, mib(hwm), okIf(true, hwm < 300<<20))
-	fmt.Printf("After close: back to baseline in %.1f s; leaked goroutines %.0f, leaked fds %.0f (goal 0 %s).\n", drain.Seconds(), max(leakG, 0), max(leakF, 0), okIf(true, leakG <= 0 && leakF <= 0))
+	fmt.Printf("After close: back to baseline in %.1f s; leaked goroutines %.0f, leaked fds %.0f (goal 0 %s). ", drain.Seconds(), max(leakG, 0), max(leakF, 0), okIf(true, leakG <= 0 && leakF <= 0))
+	mb.perTunnel = perTunnel
+	printMemoryBack(mb)
 	return nil
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// memoryBack is what the idle-tunnel run saw of egressd's memory after
+// the tunnels closed.
+type memoryBack struct {
+	before, held, minute int64         // RSS at the start, at its highest, at the end of the window
+	back                 time.Duration // when RSS was back within 10 % of the growth; -1: not in the window
+	late                 map[string]float64
+	lateAt               time.Duration
+	perTunnel            float64 // RSS bytes per open tunnel
+}
+
+// printMemoryBack says how much of the tunnels' memory came back, the
+// memory per open tunnel, and where the Go runtime keeps the rest.
+func printMemoryBack(m *memoryBack) {
+	share := 0.0
+	if grown := m.held - m.before; grown > 0 {
+		share = float64(m.held-m.minute) / float64(grown)
+	}
+	if m.back >= 0 {
+		fmt.Printf("Memory given back (RSS within 10 %% of the tunnels' growth over the baseline) %.1f s after close (goal ≤ %s %s).\n", m.back.Seconds(), giveBackWindow, okIf(true, m.back <= giveBackWindow))
+	} else {
+		fmt.Printf("Memory given back within %s: %.0f %% of the tunnels' growth (RSS %.1f MiB, baseline %.1f MiB; goal: within 10 %% of the baseline %s).\n", giveBackWindow, 100*share, mib(m.minute), mib(m.before), okIf(true, false))
+	}
+	fmt.Printf("Memory per open tunnel: %.1f KiB (goal ≤ 20 KiB %s). ", m.perTunnel/1024, okIf(true, m.perTunnel <= 20<<10))
+	fmt.Printf("The Go runtime %s after close: %.1f MiB from the system, heap idle %.1f MiB (%.1f MiB of it released), GC metadata %.1f MiB, spans %.1f MiB, other %.1f MiB.\n",
+		m.lateAt, mib(int64(m.late[mSys])), mib(int64(m.late[mHeapIdle])), mib(int64(m.late[mHeapReleased])), mib(int64(m.late[mGCSys])), mib(int64(m.late[mSpanSys])), mib(int64(m.late[mOtherSys])))
+}
+
+// giveBackWindow is how soon after a wave of tunnels closes their memory
+// should be back with the system (issue 27's goal: within a minute).
+const giveBackWindow = time.Minute
+
+// drained waits, for up to 20 s, until egressd's goroutines and
+// descriptors are back to before and the sink saw every tunnel close, and
+// returns the metrics it last read.
+func drained(admin string, names []string, before map[string]float64, or *origin) (map[string]float64, error) {
+	start := time.Now()
+	for {
+		after, err := metricsOf(admin, names...)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		if (after[mGoroutines] <= before[mGoroutines] && after[mFDs] <= before[mFDs] && or.sinkConns.Load() == 0) || time.Since(start) > 20*time.Second {
+			return after, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// memoryAfter watches egressd's memory for giveBackWindow after the
+// tunnels closed (givenBack), then scrapes where the runtime keeps it.
+func memoryAfter(admin string, pid int, closed time.Time, before, held int64) (*memoryBack, error) {
+	m := &memoryBack{before: before, held: held}
+	m.back, m.minute = givenBack(pid, closed, before, held)
+	late, err := metricsOf(admin, mHeap, mStack, mSys, mHeapIdle, mHeapReleased, mGCSys, mOtherSys, mSpanSys)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	m.late, m.lateAt = late, time.Since(closed).Round(time.Second)
+	return m, nil
+}
+
+// givenBack polls pid's RSS from closed on, for up to giveBackWindow,
+// until it is within 10 % of the held growth over the baseline: how long
+// that took (-1 if it did not) and the RSS at the end.
+func givenBack(pid int, closed time.Time, before, held int64) (time.Duration, int64) {
+	limit := before + max(held-before, 0)/10
+	for {
+		rss, _ := procMem(pid)
+		if rss <= limit {
+			return time.Since(closed), rss
+		}
+		if time.Since(closed) >= giveBackWindow {
+			return -1, rss
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
 
 // openIdle opens one tunnel, sends a ClientHello and leaves it idle.
 func openIdle(proxy string, connect, hello []byte) (net.Conn, error) {

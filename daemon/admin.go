@@ -8,7 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// adminHandler serves /metrics, /healthz, /readyz and the quarantine API.
+// adminHandler serves /metrics, /healthz, /readyz, the quarantine API and
+// the in-sandbox incident API (as guarded as the quarantine API).
 // It has no authentication. The quarantine API answers loopback clients
 // only, wherever the endpoint is bound: a listen.admin opened to the
 // network for Prometheus (as in the Kubernetes manifests) must not let
@@ -44,6 +45,19 @@ func (d *Daemon) adminHandler() http.Handler {
 	}))
 	mux.HandleFunc("GET /quarantine", d.quarantineAPI(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"quarantined": d.px.Quarantined()})
+	}))
+	// In-sandbox leak incidents: open until an operator acknowledges one
+	// (a pass the sandbox reports does not close it).
+	mux.HandleFunc("GET /probes/incidents", d.quarantineAPI(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"incidents": d.probes.Incidents()})
+	}))
+	mux.HandleFunc("POST /probes/{identity}/ack", d.quarantineAPI(func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("identity")
+		was := d.probes.Acknowledge(id, r.RemoteAddr)
+		if !was {
+			w.WriteHeader(http.StatusNotFound)
+		}
+		writeJSON(w, map[string]any{"identity": id, "acknowledged": was})
 	}))
 	return mux
 }

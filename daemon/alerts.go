@@ -80,7 +80,7 @@ func newAlerter(log *slog.Logger, hook func() (string, time.Duration)) *alerter 
 	return &alerter{
 		log: log, ch: make(chan proxy.Attempt, alertQueue), hook: hook,
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_alerts_total",
-			Help: "Attempts that raised an alert, by identity and kind (high-risk, evaluation); at most 1000 identities have a series (the rest count as _other), and an identity's series goes after an hour without alerts."}, []string{"identity", "kind"}),
+			Help: "Attempts that raised an alert, by identity and kind (high-risk, evaluation, probe-label, probe-leak); at most 1000 identities have a series (the rest count as _other), and an identity's series goes after an hour without alerts."}, []string{"identity", "kind"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_alerts_dropped_total",
 			Help: "Alerts not sent to the webhook: the queue was full or the batch over its cap (each is still logged and counted)."}),
 		posts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_alert_webhook_posts_total",
@@ -97,6 +97,8 @@ func (a *alerter) attempt(at proxy.Attempt) {
 	switch {
 	case at.Honeytoken != "":
 		kind = "honeytoken"
+	case at.Kind != "":
+		kind = at.Kind
 	case !at.HighRisk:
 		kind = "evaluation"
 	}

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -42,8 +43,12 @@ type Verdict struct {
 	// ControlsFailed are the positive controls that could not reach their
 	// target: not sealed (nothing is proven), but not a leak either.
 	ControlsFailed []string
-	Err            error  // the run could not complete (counts as not sealed)
-	Note           string // what a sealed run did not cover (shown in /readyz)
+	// Untestable are the probes an upstream outage left untested live
+	// (the policy decides them offline): never a leak, and they do not
+	// take Sealed away.
+	Untestable []string
+	Err        error  // the run could not complete (counts as not sealed)
+	Note       string // what a sealed run did not cover (shown in /readyz)
 	// Incomplete: no leak found, but probes did not run or could not
 	// tell (an upstream did not answer): not a proof, and not a leak.
 	Incomplete bool
@@ -60,6 +65,12 @@ type Verdict struct {
 func outageOnly(v Verdict) bool {
 	return len(v.Leaks) == 0 && (len(v.ControlsFailed) > 0 || v.Incomplete)
 }
+
+// Leaked reports whether the verdict holds evidence of a leak (a probe
+// got past the policy or the walls). A failed positive control, an
+// untestable probe or a run that could not complete is an outage, not a
+// leak: Leaked is false for them.
+func (v Verdict) Leaked() bool { return len(v.Leaks) > 0 }
 
 // Options wires a Daemon. Load and Logger are required.
 type Options struct {
@@ -120,6 +131,10 @@ type Options struct {
 	// Booted, when set, is called once the boot self-test has set the
 	// readiness (`egressd run` starts its command only then).
 	Booted func(Verdict)
+	// DNSAnswered, when set, is told the addresses the DNS filter answers
+	// for allowed names (dnsfilter.Config.Answered): transparent mode
+	// redirects those, for their TTL.
+	DNSAnswered func(client netip.Addr, addrs []netip.Addr, ttl time.Duration)
 	// Audit is the audit log Logger writes decisions to (nil: none). While
 	// it cannot be written, allowed traffic is refused with 503
 	// audit-unavailable (unless the policy says audit.on_error: allow)
@@ -262,11 +277,13 @@ func New(opt Options) (*Daemon, error) {
 	names := new(policy.NameBudget)
 	pc.NameBudget = names
 	d.px = proxy.New(p, pc)
+	d.probes.alert, d.probes.quarantine = d.alerts.attempt, d.px.Quarantine
 	if p.Listen.DNS != "" {
 		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names,
 			// allowed names are answered only from the verified policy with
 			// the walls sealed, as the proxy; the self-test's probes pass
-			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt, Candidate: d.cand.Load, Honeytokens: d.honey, OnHoneytoken: d.dnsHoneytoken})
+			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt, Candidate: d.cand.Load, Honeytokens: d.honey, OnHoneytoken: d.dnsHoneytoken,
+			Answered: opt.DNSAnswered})
 		if err != nil {
 			return nil, fmt.Errorf("dns filter: %w", err)
 		}

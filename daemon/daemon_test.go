@@ -91,7 +91,12 @@ func startWith(t *testing.T, mod func(*Options)) *fixture {
 	}
 	f.stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { f.stop() })
-	<-started
+	select { // Run fails before "started" when a listener cannot be bound
+	case <-started:
+	case err := <-done:
+		done <- err // for f.stop
+		t.Fatalf("Run ended before serving: %v", err)
+	}
 	select { // the boot self-test has set readiness: no test races it
 	case <-f.d.Booted():
 	case <-time.After(10 * time.Second):

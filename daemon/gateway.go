@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/audit"
@@ -105,12 +106,30 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	caDir := filepath.Join(g.StateDir, "ca")
 	opt.CACheck = func() error { return sameCA(caDir, authority) }
 	if g.Walls != nil {
+		// redirectTable is the table of the walls in force while they
+		// redirect (transparent mode): the DNS filter's answers for allowed
+		// names go into its dynamic set, so those addresses, and no
+		// others beyond the rules' cidrs, reach the transparent listeners.
+		var redirectTable atomic.Pointer[string]
 		ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {
 			s, err := g.Walls(p)
 			if err != nil {
 				return nil, err
 			}
-			return nft.Ensure(g.WallsNS, s)
+			drift, err := nft.Ensure(g.WallsNS, s)
+			if t := s.TableName(); len(s.Redirects) > 0 {
+				redirectTable.Store(&t)
+			} else {
+				redirectTable.Store(nil)
+			}
+			return drift, err
+		}
+		opt.DNSAnswered = func(client netip.Addr, addrs []netip.Addr, ttl time.Duration) {
+			if t := redirectTable.Load(); t != nil {
+				if err := nft.AddRedirect(g.WallsNS, *t, addrs, ttl); err != nil {
+					log.Error("transparent mode: the answer's addresses are not redirected", "client", client, "addrs", addrs, "err", err)
+				}
+			}
 		}
 		opt.Walls = func(ctx context.Context, p *policy.Policy) error {
 			_, err := ensure(ctx, p)
@@ -194,6 +213,14 @@ func WallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 			return s, fmt.Errorf("transparent listener %s must share the proxy's address %s (the redirect targets the gateway)", tr.hp, proxyAddr)
 		}
 		s.Redirects = append(s.Redirects, nft.Redirect{From: tr.from, To: port})
+	}
+	if len(s.Redirects) > 0 {
+		// Besides the DNS answers for allowed names (added as they are
+		// given), the rules' cidrs are the destinations the policy could
+		// allow: only those are redirected.
+		for _, r := range p.Rules {
+			s.RedirectCIDRs = append(s.RedirectCIDRs, r.CIDRs...)
+		}
 	}
 	if proxyAddr.IsUnspecified() && len(extraGateways) == 0 {
 		return s, errors.New("listen.proxy on an unspecified address: the walls need the concrete gateway address the sandboxes use")

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/egressd/egressd/policy"
+	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/selftest"
 )
 
@@ -143,5 +146,179 @@ func TestProbeResultIsCleaned(t *testing.T) {
 	}
 	if s.every > 24*time.Hour {
 		t.Errorf("schedule %v taken from the sandbox, want at most a day", s.every)
+	}
+}
+
+// TestProbeLabelOnceEach: a token labels each target of its plan as often
+// as the plan sends to it (each metadata address in its six spellings),
+// and no more; after the run's result, not at all. An agent holding a
+// plan cannot hide a stream of metadata requests under it.
+func TestProbeLabelOnceEach(t *testing.T) {
+	ps := testProbes(t)
+	a := fetchPlan(t, ps, "agent-a")
+	ua := "egressd-probe/" + a.Token
+	for i, h := range []string{"169.254.169.254", "2852039166", "0xA9FEA9FE", "0251.0376.0251.0376", "169.254.43518", "[::ffff:169.254.169.254]"} {
+		if !ps.label("agent-a", ua, h) {
+			t.Errorf("spelling %d (%s) of the plan's metadata address not labelled", i, h)
+		}
+	}
+	if ps.label("agent-a", ua, "169.254.169.254") {
+		t.Error("a seventh metadata request labelled as probe traffic: the plan sends six")
+	}
+	if !ps.label("agent-a", ua, a.Targets.CanaryName) || ps.label("agent-a", ua, a.Targets.CanaryName) {
+		t.Error("the canary name: want labelled once")
+	}
+	b := fetchPlan(t, ps, "agent-a")
+	post(t, ps, "agent-a", b.Token, selftest.Pass)
+	if ps.label("agent-a", "egressd-probe/"+b.Token, "169.254.169.254") {
+		t.Error("a token labels after its run's result was posted")
+	}
+}
+
+func post(t testing.TB, ps *probes, id, token string, status selftest.Status) int {
+	t.Helper()
+	return postBody(t, ps, id, map[string]any{"token": token, "report": &selftest.Report{Results: []selftest.Result{{ID: "metadata/direct", Status: status, Leak: status == selftest.Leak}}}})
+}
+
+func postBody(t testing.TB, ps *probes, id string, body map[string]any) int {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	w := httptest.NewRecorder()
+	ps.api(id, w, httptest.NewRequest("POST", "http://egressd.probe.invalid/v1/result", bytes.NewReader(b)))
+	return w.Code
+}
+
+// TestProbeLeakIsEvidence: a leak a sandbox reports opens an incident,
+// alerts, and (when configured) quarantines; a pass the same sandbox
+// reports afterwards is a claim that does not close it, nor turn the
+// outcome metric back to sealed; an operator's acknowledgement does.
+func TestProbeLeakIsEvidence(t *testing.T) {
+	ps := testProbes(t)
+	ps.quarantineOnLeak = true
+	var alerts []proxy.Attempt
+	var quarantined []string
+	ps.alert = func(a proxy.Attempt) { alerts = append(alerts, a) }
+	ps.quarantine = func(id string) int { quarantined = append(quarantined, id); return 0 }
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ps)
+	if c := post(t, ps, "sb", fetchPlan(t, ps, "sb").Token, selftest.Leak); c != http.StatusOK {
+		t.Fatalf("leak post: %d", c)
+	}
+	if len(alerts) != 1 || alerts[0].Kind != proxy.AlertProbeLeak || alerts[0].Identity != "sb" {
+		t.Errorf("alerts %+v, want one probe-leak for sb", alerts)
+	}
+	if len(quarantined) != 1 || quarantined[0] != "sb" {
+		t.Errorf("quarantined %v, want [sb]", quarantined)
+	}
+	if c := post(t, ps, "sb", fetchPlan(t, ps, "sb").Token, selftest.Pass); c != http.StatusOK {
+		t.Fatalf("pass post: %d", c)
+	}
+	inc := ps.Incidents()
+	if len(inc) != 1 || inc[0].ClaimedSealed != 1 || inc[0].Leaks[0] != "metadata/direct" {
+		t.Fatalf("incidents after a claimed pass: %+v, want the leak open", inc)
+	}
+	if v := gaugeValue(t, reg, "egressd_probe_last_outcome", "outcome", "leak"); v != 1 {
+		t.Errorf("last outcome leak = %v after a claimed pass over an open incident, want 1", v)
+	}
+	if ps.Acknowledge("other", "test") {
+		t.Error("acknowledged an incident nobody has")
+	}
+	if !ps.Acknowledge("sb", "test") || len(ps.Incidents()) != 0 {
+		t.Errorf("acknowledge: incidents %+v", ps.Incidents())
+	}
+	if v := gaugeValue(t, reg, "egressd_probe_last_outcome", "outcome", "sealed"); v != 1 {
+		t.Errorf("last outcome sealed = %v after acknowledgement, want 1", v)
+	}
+}
+
+// gaugeValue is the value of name's series whose label key is val.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, key, val string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == key && l.GetValue() == val {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// TestProbeServerTime: the time a result carries is egressd's (a sandbox
+// claiming 2030 showed an age of -27,027 h), and the schedule it claims is
+// capped by selftest.probe_every_max.
+func TestProbeServerTime(t *testing.T) {
+	ps := testProbes(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ps.now = func() time.Time { return now }
+	a := fetchPlan(t, ps, "sb")
+	rep := &selftest.Report{Start: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Duration: 3 * time.Second, Results: []selftest.Result{{ID: "x", Status: selftest.Pass}}}
+	if c := postBody(t, ps, "sb", map[string]any{"token": a.Token, "every_ns": int64(24 * time.Hour), "report": rep}); c != http.StatusOK {
+		t.Fatalf("post: %d", c)
+	}
+	s := ps.ids["sb"]
+	if !s.last.Start.Equal(now.Add(-3*time.Second)) || !s.lastAt.Equal(now) {
+		t.Errorf("recorded start %v, received %v; want egressd's clock (%v)", s.last.Start, s.lastAt, now)
+	}
+	if s.every != policy.DefaultProbeEveryMax {
+		t.Errorf("schedule %v, want capped at %v", s.every, policy.DefaultProbeEveryMax)
+	}
+}
+
+// TestProbeRate: plans (each a run and a history record) are rate-capped
+// per identity.
+func TestProbeRate(t *testing.T) {
+	ps := testProbes(t)
+	now := time.Now()
+	ps.now = func() time.Time { return now }
+	got := 0
+	for range 100 {
+		w := httptest.NewRecorder()
+		ps.api("sb", w, httptest.NewRequest("GET", "http://egressd.probe.invalid/v1/plan", nil))
+		if w.Code == http.StatusOK {
+			got++
+		}
+	}
+	if got != probeRateBurst {
+		t.Errorf("%d of 100 plans at once, want the burst of %d", got, probeRateBurst)
+	}
+}
+
+// TestProbeIncidentAPI: the admin endpoint lists open incidents and lets a
+// loopback operator acknowledge one; nobody else can.
+func TestProbeIncidentAPI(t *testing.T) {
+	f := start(t)
+	h := f.d.adminHandler()
+	do := func(method, path, from string) (int, string) {
+		req := httptest.NewRequest(method, path, nil)
+		req.RemoteAddr = from
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	ps := f.d.probes
+	if c := post(t, ps, "sb", fetchPlan(t, ps, "sb").Token, selftest.Leak); c != http.StatusOK {
+		t.Fatalf("leak post: %d", c)
+	}
+	if code, body := do("GET", "/probes/incidents", "127.0.0.1:4000"); code != 200 || !strings.Contains(body, `"identity":"sb"`) {
+		t.Errorf("GET /probes/incidents: %d %s", code, body)
+	}
+	if code, _ := do("POST", "/probes/sb/ack", "198.51.100.7:4000"); code != http.StatusForbidden || len(ps.Incidents()) != 1 {
+		t.Errorf("a remote client acknowledged: %d", code)
+	}
+	if code, body := do("POST", "/probes/sb/ack", "127.0.0.1:4000"); code != 200 || len(ps.Incidents()) != 0 {
+		t.Errorf("POST /probes/sb/ack: %d %s, incidents %v", code, body, ps.Incidents())
+	}
+	if code, _ := do("POST", "/probes/sb/ack", "127.0.0.1:4000"); code != http.StatusNotFound {
+		t.Errorf("second ack: %d, want 404", code)
 	}
 }

@@ -113,5 +113,5 @@ func (d *Daemon) report(event string, fields map[string]any) {
 	}
 	body := map[string]any{"event": event, "time": time.Now().UTC()}
 	maps.Copy(body, fields)
-	go post(d.log, url, body)
+	go postReport(d.log, url, body)
 }

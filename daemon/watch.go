@@ -86,12 +86,12 @@ func notify(log *slog.Logger, url string, v Verdict) {
 	if v.Err != nil {
 		report["error"] = v.Err.Error()
 	}
-	post(log, url, report)
+	postReport(log, url, report)
 }
 
-// post sends one report to the webhook; a transport failure or an answer
+// postReport sends one report to the webhook; a transport failure or an answer
 // other than 2xx is logged as a failed report.
-func post(log *slog.Logger, url string, report map[string]any) {
+func postReport(log *slog.Logger, url string, report map[string]any) {
 	body, _ := json.Marshal(report)
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Post(url, "application/json", bytes.NewReader(body))

@@ -158,7 +158,7 @@ func checkDockerfile(src string) (dockerfileFacts, []error) {
 		case "RUN":
 			if strings.Contains(in.args, "go build") {
 				trimpath = strings.Contains(in.args, "-trimpath")
-				stripped = strings.Contains(in.args, `-ldflags="-s -w"`) || strings.Contains(in.args, `-ldflags='-s -w'`)
+				stripped = regexp.MustCompile(`-ldflags=["']-s -w[ "']`).MatchString(in.args)
 				if strings.Contains(in.args, "CGO_ENABLED=0") {
 					cgo = true
 				}

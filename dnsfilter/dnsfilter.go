@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egressd/egressd/dnsclient"
 	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/policy"
@@ -77,15 +78,20 @@ type Config struct {
 	// reason honeytoken), and OnHoneytoken hears of each such query.
 	Honeytokens  *honeytoken.Registry
 	OnHoneytoken func(identity, name string, t honeytoken.Token)
+	// Answered, when set, is told the addresses of every answer given for
+	// an allowed name, and their shortest TTL, before the client gets them
+	// (egressd's wiring: transparent mode redirects those addresses, and
+	// only those, for that long).
+	Answered func(client netip.Addr, addrs []netip.Addr, ttl time.Duration)
 }
 
 // Server is a filtering DNS server. Its ServeDNS is safe for concurrent use.
 type Server struct {
-	policy  func() *policy.Policy
-	log     *slog.Logger
-	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
-	timeout time.Duration
-	limits  limiters
+	policy func() *policy.Policy
+	log    *slog.Logger
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	up     *dnsclient.Client // asks the upstreams and checks their answers
+	limits limiters
 
 	queries *prometheus.CounterVec // by result
 	refused *prometheus.CounterVec // names answered NXDOMAIN by policy, by identity
@@ -98,6 +104,7 @@ type Server struct {
 	cand       func() *policy.Policy // the candidate a reload verifies, for exempt clients
 	honey      *honeytoken.Registry
 	onHoney    func(identity, name string, t honeytoken.Token)
+	answered   func(netip.Addr, []netip.Addr, time.Duration)
 
 	mu        sync.Mutex
 	closed    bool
@@ -110,12 +117,11 @@ var _ dns.Handler = (*Server)(nil)
 var ErrServerClosed = errors.New("dnsfilter: server closed")
 
 const (
-	defaultTimeout = 1500 * time.Millisecond
-	queryBudget    = 4 * time.Second
+	queryBudget = 4 * time.Second
 
-	// ednsSize is the UDP payload size advertised upstream and to clients
-	// (the DNS Flag Day 2020 value: no IP fragmentation).
-	ednsSize = 1232
+	// ednsSize is the UDP payload size advertised to clients, the one
+	// advertised upstream.
+	ednsSize = dnsclient.EDNSSize
 
 	maxNameLen    = 253 // presentation form without the final dot (255 on the wire)
 	maxLabelLen   = 63
@@ -162,17 +168,17 @@ func New(c Config) (*Server, error) {
 		return nil, errors.New("dnsfilter: new server: no policy")
 	}
 	s := &Server{
-		policy:  c.Policy,
-		log:     c.Logger,
-		dial:    c.Dial,
-		timeout: c.Timeout,
-		limits:  limiters{clients: map[netip.Addr]*client{}},
-		budget:  c.NameBudget,
-		gate:    c.Gate,
-		exempt:  c.Exempt,
-		cand:    c.Candidate,
-		honey:   c.Honeytokens,
-		onHoney: c.OnHoneytoken,
+		policy:   c.Policy,
+		log:      c.Logger,
+		dial:     c.Dial,
+		limits:   limiters{clients: map[netip.Addr]*client{}},
+		budget:   c.NameBudget,
+		gate:     c.Gate,
+		exempt:   c.Exempt,
+		cand:     c.Candidate,
+		honey:    c.Honeytokens,
+		onHoney:  c.OnHoneytoken,
+		answered: c.Answered,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_queries_total",
 			Help: "DNS queries answered by the filter, by result.",
@@ -193,9 +199,7 @@ func New(c Config) (*Server, error) {
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
-	if s.timeout <= 0 {
-		s.timeout = defaultTimeout
-	}
+	s.up = &dnsclient.Client{Dial: s.dial, Timeout: c.Timeout}
 	for _, r := range allResults {
 		s.queries.WithLabelValues(r)
 	}
@@ -387,8 +391,40 @@ func (s *Server) serve(w dns.ResponseWriter, r *dns.Msg, p *policy.Policy, e *en
 	// rule, the names below. NODATA only says "no address you may use";
 	// getaddrinfo and Go both report it as "no such host" once both
 	// families come back empty.
+	if s.answered != nil {
+		if addrs, ttl := answerAddrs(f.kept); len(addrs) > 0 {
+			s.answered(e.client, addrs, ttl)
+		}
+	}
 	s.reply(w, r, dns.RcodeSuccess, f.kept)
 	e.answers = len(f.kept)
+}
+
+// answerAddrs are the addresses of the A and AAAA records of rrs and
+// their shortest TTL.
+func answerAddrs(rrs []dns.RR) ([]netip.Addr, time.Duration) {
+	var addrs []netip.Addr
+	var ttl uint32
+	for _, rr := range rrs {
+		var ip net.IP
+		switch v := rr.(type) {
+		case *dns.A:
+			ip = v.A
+		case *dns.AAAA:
+			ip = v.AAAA
+		default:
+			continue
+		}
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			continue
+		}
+		if len(addrs) == 0 || rr.Header().Ttl < ttl {
+			ttl = rr.Header().Ttl
+		}
+		addrs = append(addrs, a.Unmap())
+	}
+	return addrs, time.Duration(ttl) * time.Second
 }
 
 // deny answers NXDOMAIN for a name the policy refuses and counts it

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/dnsclient"
 	"github.com/egressd/egressd/policy"
 	"github.com/miekg/dns"
 )
@@ -18,77 +19,17 @@ import (
 const systemTTL = 60
 
 // resolve asks for qtype records of fqdn (lower case): the upstreams in
-// order, or the system resolver when there are none. The answer's rcode is
-// NOERROR or NXDOMAIN; anything else is an error.
+// order through the one upstream client (which checks each answer), or
+// the system resolver when there are none. The answer's rcode is NOERROR
+// or NXDOMAIN; anything else is an error.
 func (s *Server) resolve(ctx context.Context, ups []netip.AddrPort, fqdn string, qtype uint16) (*dns.Msg, netip.AddrPort, time.Duration, error) {
 	if len(ups) == 0 {
 		start := time.Now()
 		m, err := s.lookupSystem(ctx, fqdn, qtype)
 		return m, netip.AddrPort{}, time.Since(start), err
 	}
-	// A fresh query rather than the client's: a new ID, no client EDNS
-	// options (ECS, cookies, padding) and no other sections go upstream.
-	q := new(dns.Msg)
-	q.Id = dns.Id()
-	q.RecursionDesired = true
-	q.Question = []dns.Question{{Name: fqdn, Qtype: qtype, Qclass: dns.ClassINET}}
-	q.SetEdns0(ednsSize, false)
-	var errs []error
-	for _, up := range ups {
-		resp, rtt, err := s.exchange(ctx, "udp", up, q)
-		if err == nil && resp.Truncated {
-			resp, rtt, err = s.exchange(ctx, "tcp", up, q)
-		}
-		if err == nil {
-			err = checkResponse(q, resp)
-		}
-		if err == nil {
-			return resp, up, rtt, nil
-		}
-		errs = append(errs, fmt.Errorf("upstream %s: %w", up, err))
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, netip.AddrPort{}, 0, errors.Join(errs...)
-}
-
-func (s *Server) exchange(ctx context.Context, network string, up netip.AddrPort, q *dns.Msg) (*dns.Msg, time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	c, err := s.dial(ctx, network, up.String())
-	if err != nil {
-		return nil, 0, fmt.Errorf("dial %s: %w", network, err)
-	}
-	defer c.Close()
-	// dns.Client has no dial hook; ExchangeWithConnContext takes the conn
-	// our Dial opened and uses it as UDP when it is a
-	// PacketConn, with length framing otherwise.
-	resp, rtt, err := new(dns.Client).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
-	if err != nil {
-		return nil, 0, fmt.Errorf("exchange over %s: %w", network, err)
-	}
-	return resp, rtt, nil
-}
-
-// checkResponse accepts a response only to the question asked (names
-// compared case-insensitively, as resolvers may echo 0x20-mixed case) and
-// only with a final rcode.
-func checkResponse(q, resp *dns.Msg) error {
-	switch {
-	case !resp.Response || resp.Opcode != dns.OpcodeQuery:
-		return errors.New("not a query response")
-	case len(resp.Question) != 1:
-		return fmt.Errorf("response has %d questions", len(resp.Question))
-	}
-	want, got := q.Question[0], resp.Question[0]
-	if !strings.EqualFold(got.Name, want.Name) || got.Qtype != want.Qtype || got.Qclass != want.Qclass {
-		return fmt.Errorf("response to another question (%s %s)", got.Name, dns.Type(got.Qtype))
-	}
-	if resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError {
-		return fmt.Errorf("rcode %s", dns.RcodeToString[resp.Rcode])
-	}
-	return nil
+	// A fresh query rather than the client's (see dnsclient.NewQuery).
+	return s.up.Ask(ctx, ups, dnsclient.NewQuery(fqdn, qtype))
 }
 
 // lookupSystem resolves with Go's own resolver (resolv.conf and hosts),

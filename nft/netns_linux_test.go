@@ -98,6 +98,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	testnet.ReportRootTests("nft")
 	if os.Geteuid() == 0 {
 		after, err := rootTables()
 		if err != nil || !slices.Equal(before, after) {

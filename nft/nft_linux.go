@@ -5,6 +5,8 @@ package nft
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -137,6 +139,36 @@ func Apply(ns int, s Spec) error {
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nft: apply table inet %s: %w", rs.table.Name, err)
+	}
+	return nil
+}
+
+// AddRedirect puts addrs (IPv4; others are skipped) in the transparent-mode
+// dynamic set of table inet <table> in namespace ns for ttl (at least
+// MinRedirectTTL): connections to them on a redirected port go to the
+// transparent listener until then. egressd's DNS filter calls it with the
+// answers it gives for allowed names. The table must have redirects.
+func AddRedirect(ns int, table string, addrs []netip.Addr, ttl time.Duration) error {
+	var elems []nftables.SetElement
+	for _, a := range addrs {
+		if a = a.Unmap(); a.Is4() {
+			elems = append(elems, nftables.SetElement{Key: a.AsSlice(), Timeout: max(ttl, MinRedirectTTL)})
+		}
+	}
+	if len(elems) == 0 {
+		return nil
+	}
+	c, err := dial(ns, 0)
+	if err != nil {
+		return err
+	}
+	defer c.CloseLasting()
+	set := &nftables.Set{Table: &nftables.Table{Family: nftables.TableFamilyINet, Name: table}, Name: SetRedirectDyn4, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	if err := c.SetAddElements(set, elems); err != nil {
+		return fmt.Errorf("nft: add to set %s of table inet %s: %w", SetRedirectDyn4, table, err)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nft: add to set %s of table inet %s: %w", SetRedirectDyn4, table, err)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ package nft
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"time"
 )
 
 // Counter is a packet and byte count.
@@ -14,6 +16,11 @@ type Counter struct {
 }
 
 var errUnsupported = fmt.Errorf("nft: nftables needs Linux: %w", errors.ErrUnsupported)
+
+// AddRedirect is not supported on this platform.
+func AddRedirect(ns int, table string, addrs []netip.Addr, ttl time.Duration) error {
+	return errUnsupported
+}
 
 // Apply is not supported on this platform.
 func Apply(ns int, s Spec) error { return errUnsupported }

@@ -31,7 +31,9 @@ const (
 	setHR4   = "highrisk4"
 	setHR6   = "highrisk6"
 	setUIDs  = "uids"
-	setChunk = 1024 // elements per NEWSETELEM message, see ruleset.queue
+	setRdr4  = "redirect4"     // the rules' IPv4 cidrs: redirected
+	setDyn4  = SetRedirectDyn4 // DNS answers for allowed names, each for its TTL: redirected
+	setChunk = 1024            // elements per NEWSETELEM message, see ruleset.queue
 )
 
 // filterPriority runs the wall before the usual filter chains (priority 0),
@@ -171,14 +173,29 @@ func build(s Spec) (*ruleset, error) {
 		// Transparent mode: rewrite the destination before routing, so the
 		// connection arrives at the gateway's own listener and the input
 		// chain (which accepts the target ports) judges it; nothing of it
-		// is forwarded.
+		// is forwarded. Only destinations the policy could allow are
+		// redirected (a rule's cidrs, a DNS answer for an allowed name):
+		// any other meets the forward chain's drop, as in a sealed box, so
+		// a probe sees the same wall with transparent mode on or off.
+		// High-risk destinations return first: never redirected, even
+		// inside a rule's cidrs.
 		var nat [][]expr.Any
+		if set := sets[setHR4]; set != nil {
+			nat = append(nat, b.rule(addrMatch(false, false, set), "", verdict(expr.VerdictReturn)))
+		}
+		r4, _ := splitFamilies(s.RedirectCIDRs)
+		dsts := []*nftables.Set{b.addrSet(setRdr4, false, r4), b.addSet(&nftables.Set{Table: rs.table, Name: setDyn4, KeyType: nftables.TypeIPAddr, HasTimeout: true}, nil)}
 		for _, r := range s.Redirects {
-			nat = append(nat, b.rule(dport(unix.IPPROTO_TCP, r.From), CounterRedirect, nil,
-				&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(r.To)},
-				// max register and flags (NF_NAT_RANGE_PROTO_SPECIFIED) as
-				// the kernel reports them back, so Check sees no drift
-				&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: 2}))
+			for _, dst := range dsts {
+				if dst == nil {
+					continue
+				}
+				nat = append(nat, b.rule(cat(addrMatch(false, false, dst), dport(unix.IPPROTO_TCP, r.From)), CounterRedirect, nil,
+					&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(r.To)},
+					// max register and flags (NF_NAT_RANGE_PROTO_SPECIFIED) as
+					// the kernel reports them back, so Check sees no drift
+					&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: 2}))
+			}
 		}
 		rs.chains = append(rs.chains,
 			chainDef{chain: natChain(rs.table, chainNAT), rules: classify(chainSbxNAT, false)},

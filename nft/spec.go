@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // DefaultTable is the table name used when Spec.Table is empty.
@@ -37,6 +38,14 @@ const (
 	CounterAcceptND      = "accept_nd"       // IPv6 neighbour discovery from a sandbox link
 	CounterRedirect      = "redirect"        // sandbox connection redirected to a transparent listener
 )
+
+// SetRedirectDyn4 is the transparent-mode set of IPv4 addresses the DNS
+// filter answered for allowed names (AddRedirect), each kept for its TTL.
+const SetRedirectDyn4 = "redirect_dns4"
+
+// MinRedirectTTL is the shortest time AddRedirect keeps an address: a
+// client that connects just after a TTL-0 answer still gets through.
+const MinRedirectTTL = 30 * time.Second
 
 // ErrNoTable is returned (wrapped) by Down, Show and Counters when the table
 // does not exist in the namespace.
@@ -88,6 +97,16 @@ type Spec struct {
 	// SourceCIDRs (local-user sandboxes are not redirected).
 	Redirects []Redirect
 
+	// RedirectCIDRs limit the redirects to destinations the policy could
+	// allow: the rules' cidrs here, and the addresses the DNS filter
+	// answered for allowed names, each for its TTL (AddRedirect puts them
+	// in the table's dynamic set). Any other destination is not redirected
+	// and meets the forward chain's drop, as in a sealed box; so do
+	// high-risk destinations, even inside these. IPv4 only: IPv6 is never
+	// redirected (egressd has no IPv6 transparent listener), so a
+	// sandbox's IPv6 TCP is dropped like any other.
+	RedirectCIDRs []netip.Prefix
+
 	// HighRisk destinations are dropped for sandbox traffic by a rule of
 	// their own that runs before any accept, even for gateway addresses.
 	HighRisk []netip.Prefix
@@ -123,6 +142,7 @@ func (s Spec) Validate() error {
 	s.validateIfPrefixes(bad)
 	validatePrefixes(bad, "SourceCIDRs", s.SourceCIDRs)
 	validatePrefixes(bad, "HighRisk", s.HighRisk)
+	validatePrefixes(bad, "RedirectCIDRs", s.RedirectCIDRs)
 	s.validateUIDs(bad)
 	s.validateGateways(bad)
 	s.validatePorts(bad)

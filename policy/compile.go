@@ -107,6 +107,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 		}
 	}
 	c.uniqueNames(raw.Allow)
+	c.basePaths(p.Rules, raw.Allow)
 	c.index(p)
 	c.deny(p, &raw.Deny)
 	c.identities(p, raw.Identities)
@@ -265,6 +266,7 @@ func (c *compiler) ruleTargets(r *Rule, rr *rawRule, f string) {
 	if len(rr.Ports) == 0 {
 		r.ports = defaultPorts
 	}
+	r.portsGiven = len(rr.Ports) > 0
 	for j, s := range rr.Ports {
 		if pr, ok := c.portRange(s, fmt.Sprintf("%s.ports[%d]", f, j)); ok {
 			r.ports = append(r.ports, pr)
@@ -316,6 +318,16 @@ func (c *compiler) ruleMirror(r *Rule, rr *rawRule, f string) {
 		r.Mirror = m
 		if len(rr.Pages)+len(rr.Methods)+len(rr.Paths) > 0 {
 			c.errf(rr.Mirror.Line, f+".mirror", "a mirror rule takes no pages, methods or paths: its download grammar decides")
+		}
+	}
+	if rr.BasePath.Line != 0 {
+		switch why := classify.BasePathOK(rr.BasePath.V); {
+		case r.Mirror == MirrorNone:
+			c.errf(rr.BasePath.Line, f+".base_path", "base_path needs a mirror: it says where the repository sits on the host")
+		case why != "":
+			c.errf(rr.BasePath.Line, f+".base_path", "%q: %s", rr.BasePath.V, why)
+		default:
+			r.MirrorOp.BasePath = rr.BasePath.V
 		}
 	}
 	for j, s := range rr.ModulePrefixes {
@@ -706,6 +718,7 @@ func (c *compiler) deny(p *Policy, d *rawDeny) {
 		if !ok {
 			continue
 		}
+		p.denyHosts = append(p.denyHosts, pat)
 		if s, wild := strings.CutPrefix(pat, "*."); wild {
 			full = full || !p.denySuffix.set(s, 0)
 		} else {
@@ -815,6 +828,8 @@ func (c *compiler) selftest(p *Policy, s *rawSelftest) {
 	st := &p.Selftest
 	st.Interval = c.duration(s.Interval, "selftest.interval", defaultInterval)
 	st.Timeout = c.duration(s.Timeout, "selftest.timeout", defaultProbeTimeout)
+	st.ProbeEveryMax = c.duration(s.ProbeEveryMax, "selftest.probe_every_max", DefaultProbeEveryMax)
+	st.QuarantineOnProbeLeak = s.QuarantineOnProbeLeak.V
 	list := func(vs []at[string], field string, want6 bool) []netip.AddrPort {
 		var out []netip.AddrPort
 		for j, v := range vs {

@@ -91,6 +91,7 @@ type rawRule struct {
 	Paths          []at[string] `yaml:"paths"`
 	Mirror         at[string]   `yaml:"mirror"`
 	ModulePrefixes []at[string] `yaml:"module_prefixes"`
+	BasePath       at[string]   `yaml:"base_path"`
 	ReadPosts      []at[string] `yaml:"read_posts"`
 	TLS            *at[bool]    `yaml:"tls"`
 	Upgrade        []at[string] `yaml:"upgrade"`
@@ -139,6 +140,10 @@ type rawSelftest struct {
 	Metadata        []at[string] `yaml:"metadata"`
 	ExpectReachable []at[string] `yaml:"expect_reachable"`
 	Webhook         at[string]   `yaml:"webhook"`
+	// in-sandbox probes: the longest schedule a sandbox may claim, and
+	// whether a leak it reports quarantines its identity
+	ProbeEveryMax         at[string] `yaml:"probe_every_max"`
+	QuarantineOnProbeLeak at[bool]   `yaml:"quarantine_on_probe_leak"`
 }
 
 type rawLimits struct {

@@ -205,7 +205,7 @@ func (p *Policy) RuleForName(name string) *Rule {
 // covered the name but not the port.
 func (p *Policy) matchName(name string, port uint16, v view) (r *Rule, portMiss bool) {
 	best := int32(len(p.Rules))
-	consider := func(idx int32, named bool) {
+	p.eachNameRule(name, func(idx int32, named bool) {
 		if idx >= best || !v.sees(p.Rules[idx]) {
 			return
 		}
@@ -214,7 +214,16 @@ func (p *Policy) matchName(name string, port uint16, v view) (r *Rule, portMiss 
 			return
 		}
 		best = idx
+	})
+	if best == int32(len(p.Rules)) {
+		return nil, portMiss
 	}
+	return p.Rules[best], false
+}
+
+// eachNameRule calls consider with the index of every rule whose hosts
+// cover name, in no particular order; named is false for "*" rules.
+func (p *Policy) eachNameRule(name string, consider func(idx int32, named bool)) {
 	list := func(v int32) {
 		if v >= 0 {
 			consider(v, true)
@@ -243,10 +252,6 @@ func (p *Policy) matchName(name string, port uint16, v view) (r *Rule, portMiss 
 	for _, idx := range p.star {
 		consider(idx, false)
 	}
-	if best == int32(len(p.Rules)) {
-		return nil, portMiss
-	}
-	return p.Rules[best], false
 }
 
 // DecideRequest decides one HTTP request (absolute-form, or inside an
@@ -275,6 +280,13 @@ func (p *Policy) DecideRequestAs(t *Target, identity, method, contentType string
 	}
 	d.Inspect = false
 	r := d.Rule
+	if r.MirrorOp.BasePath != "" {
+		if r = p.routeBase(t, p.viewOf(identity), t.Path); r == nil {
+			d.Detail = p.baseDetail(t, p.viewOf(identity))
+			return deny(d, ReasonMirror)
+		}
+		d.Rule = r
+	}
 	if r.Inject != nil && contains(echoMethods, method) {
 		d.Detail = method + " echoes the request, with the injected credential, back to the client"
 		return deny(d, ReasonMethod)

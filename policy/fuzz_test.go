@@ -191,6 +191,7 @@ func FuzzParseConfig(f *testing.F) {
 				t.Fatalf("config allows %s:\n%s", tgt.Host(), cfg)
 			}
 		}
+		p.Lints() // validate's lints run on every config it accepts: no panic
 		for _, r := range p.Rules {
 			if r.Inject == nil {
 				continue

@@ -43,6 +43,7 @@ type Policy struct {
 	denySuffix hostIndex
 	denyCIDRs  []netip.Prefix
 	denyLists  []*hostlist.Set // deny.hosts_files
+	denyHosts  []string        // deny.hosts patterns as written, for Lints
 
 	// UpstreamProxy is the parent proxy egressd reaches every upstream
 	// through (HTTP CONNECT to the checked address); nil: direct.
@@ -96,7 +97,16 @@ type Selftest struct {
 	Metadata        []netip.Addr
 	ExpectReachable []string
 	Webhook         string
+	// ProbeEveryMax caps the schedule an in-sandbox probe claims (a
+	// longer one would keep a silent sandbox from going overdue).
+	ProbeEveryMax time.Duration
+	// QuarantineOnProbeLeak quarantines an identity whose in-sandbox
+	// probe reports a leak.
+	QuarantineOnProbeLeak bool
 }
+
+// DefaultProbeEveryMax is selftest.probe_every_max's default.
+const DefaultProbeEveryMax = time.Hour
 
 // Limits bound what one client can make the proxy do.
 type Limits struct {
@@ -221,8 +231,13 @@ type Rule struct {
 	// nil: none. A rule with Inject is never host-only: it is inspected.
 	Inject *Inject
 
-	inlineHosts int // hosts written in the YAML, not in hosts_files (Warnings)
+	inlineHosts int  // hosts written in the YAML, not in hosts_files (Warnings)
+	portsGiven  bool // the rule lists its ports (not the default 80 and 443)
 }
+
+// PortsGiven reports whether the rule lists its ports: a port it names is
+// one its clients use, where the default [80, 443] may be only half used.
+func (r *Rule) PortsGiven() bool { return r.portsGiven }
 
 type portRange struct{ lo, hi uint16 }
 

@@ -52,4 +52,6 @@ var (
 	CheckMirrorBody = classify.CheckMirrorBody
 	CheckedBody     = classify.CheckedBody
 	PublishProbe    = classify.PublishProbe
+	MirrorNames     = classify.MirrorNames
+	BasePathOK      = classify.BasePathOK
 )

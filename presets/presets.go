@@ -21,13 +21,25 @@ type preset struct {
 	// needsHost: the preset has no built-in host; the operator names the
 	// registry (or internal mirror) as name=HOST.
 	needsHost string
+	// hostControl is the path of the positive control on the named host.
+	hostControl string
+	// artifactory and nexus are the base_path of a repository of this kind
+	// on those products ("" : none shown); the rule shows them commented.
+	artifactory, nexus string
 }
+
+// A registry run by the company: the same rule with the product's host
+// and the repository's base_path (docs/MIRRORS.md has every product).
+const repoManagers = "\n    # On Artifactory or Nexus instead, one rule per repository (<repo> is its name):\n" +
+	"    #   Artifactory: hosts: [artifactory.example.com]\n    #     base_path: %s\n" +
+	"    #   Nexus:       hosts: [nexus.example.com]\n    #     base_path: %s"
 
 var presets = map[string]preset{
 	"pypi": {
-		comment: "Python packages, download-only (no upload, no login).",
-		rule:    "name: pypi\n    hosts: [pypi.org, files.pythonhosted.org]\n    ports: [443]\n    mirror: pypi",
-		control: "https://pypi.org/simple/",
+		comment:     "Python packages, download-only (no upload, no login).",
+		rule:        "name: pypi\n    hosts: [pypi.org, files.pythonhosted.org]\n    ports: [443]\n    mirror: pypi",
+		control:     "https://pypi.org/simple/",
+		artifactory: "/artifactory/api/pypi/<repo>", nexus: "/repository/<repo>",
 	},
 	"crates": {
 		comment: "Rust crates, download-only (no publish).",
@@ -35,14 +47,52 @@ var presets = map[string]preset{
 		control: "https://index.crates.io/config.json",
 	},
 	"npm": {
-		comment:   "npm packages from the registry you named, download-only (no publish, no login).",
-		rule:      "name: npm\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: npm",
-		needsHost: "the npm registry or your internal mirror, e.g. npm=npm.internal.example",
+		comment:     "npm packages from the registry you named, download-only (no publish, no login).",
+		rule:        "name: npm\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: npm",
+		needsHost:   "the npm registry or your internal mirror, e.g. npm=npm.internal.example",
+		hostControl: "/npm",
+		artifactory: "/artifactory/api/npm/<repo>", nexus: "/repository/<repo>",
 	},
-	"go": {
-		comment:   "Go modules from the module proxy you named, download-only.",
-		rule:      "name: go\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: goproxy",
-		needsHost: "the Go module proxy or your internal mirror, e.g. go=goproxy.internal.example",
+	"goproxy": {
+		comment:     "Go modules from the module proxy you named, download-only.",
+		rule:        "name: goproxy\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: goproxy",
+		needsHost:   "the Go module proxy or your internal mirror, e.g. goproxy=goproxy.internal.example",
+		hostControl: "/golang.org/x/text/@v/list",
+		artifactory: "/artifactory/api/go/<repo>", nexus: "/repository/<repo>",
+	},
+	"apt": {
+		comment:     "Debian or Ubuntu packages from the mirror you named, download-only (apt fetches over plain HTTP too).",
+		rule:        "name: apt\n    hosts: [{HOST}]\n    ports: [80, 443]\n    mirror: apt",
+		needsHost:   "your Debian or Ubuntu mirror, e.g. apt=deb.internal.example",
+		artifactory: "/artifactory/<repo>", nexus: "/repository/<repo>",
+	},
+	"maven": {
+		comment:     "Maven Central, download-only (no deploy).",
+		rule:        "name: maven\n    hosts: [repo.maven.apache.org, repo1.maven.org]\n    ports: [443]\n    mirror: maven",
+		control:     "https://repo.maven.apache.org/maven2/junit/junit/maven-metadata.xml",
+		artifactory: "/artifactory/<repo>", nexus: "/repository/<repo>",
+	},
+	"rubygems": {
+		comment: "Ruby gems, download-only (no push, no API key).",
+		rule:    "name: rubygems\n    hosts: [rubygems.org, index.rubygems.org]\n    ports: [443]\n    mirror: rubygems",
+		control: "https://index.rubygems.org/info/rake",
+	},
+	"oci": {
+		comment:     "Container images from the registry you named, pull-only (Artifactory and Nexus serve /v2/ at the host root or on the repository's own port: no base_path).",
+		rule:        "name: oci\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: oci",
+		needsHost:   "your container registry, e.g. oci=registry.internal.example",
+		hostControl: "/v2/",
+	},
+	"git": {
+		comment:   "git clone and fetch from the server you named (smart HTTP, no push).",
+		rule:      "name: git\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: git",
+		needsHost: "your git server, e.g. git=git.internal.example",
+	},
+	"generic": {
+		comment:     "Files from the server you named: GET and HEAD, no query, no upload.",
+		rule:        "name: generic\n    hosts: [{HOST}]\n    ports: [443]\n    mirror: generic",
+		needsHost:   "your file server, e.g. generic=files.internal.example",
+		artifactory: "/artifactory/<repo>", nexus: "/repository/<repo>",
 	},
 	"github-read": {
 		comment: "GitHub: clone and fetch (git smart HTTP, no push), and raw files and archives, read-only.",
@@ -57,14 +107,23 @@ var presets = map[string]preset{
 	},
 }
 
+// aliases are other names of presets: the distribution, and the language.
+var aliases = map[string]string{"debian": "apt", "go": "goproxy"}
+
 // Names lists the presets, for usage text.
 func Names() []string {
-	out := make([]string, 0, len(presets))
+	out := make([]string, 0, len(presets)+len(aliases))
 	for n, p := range presets {
 		if p.needsHost != "" {
 			n += "=HOST"
 		}
 		out = append(out, n)
+	}
+	for a, n := range aliases {
+		if presets[n].needsHost != "" {
+			a += "=HOST"
+		}
+		out = append(out, a)
 	}
 	slices.Sort(out)
 	return out
@@ -85,14 +144,14 @@ var sandboxes = map[string]sandbox{
 		sandbox: "  # uids whose traffic the walls confine: the agent's user (`id -u agent`).\n  uids: [{UID}]",
 	},
 	"docker": {
-		comment: "Docker bridge: containers on docker0 (172.17.0.0/16) reach egressd at the bridge gateway; set HTTP(S)_PROXY=http://172.17.0.1:3128 and --dns 172.17.0.1 in the containers.",
-		listen:  "  proxy: 172.17.0.1:3128\n  dns: 172.17.0.1:53\n  admin: 127.0.0.1:9090",
-		sandbox: "  # source addresses of sandbox containers (the bridge network)\n  cidrs: [172.17.0.0/16]",
+		comment: "Docker: sandbox containers on their own bridge, whose gateway is egressd (the Docker example in docs/DEPLOYING.md):\n#   docker network create --subnet 10.237.0.0/24 --gateway 10.237.0.1 -o com.docker.network.bridge.name=egsbx0 sandboxes\n# run egressd with --network host, and the sandboxes with --network sandboxes --dns 10.237.0.1\n# -e HTTPS_PROXY=http://10.237.0.1:3128. The walls recognise sandbox traffic by the bridge\n# (interface_prefix), not by a source address, which a container can spoof.",
+		listen:  "  proxy: 10.237.0.1:3128\n  dns: 10.237.0.1:53\n  admin: 127.0.0.1:9090",
+		sandbox: "  # the bridge of the sandboxes network (egsbx0): every packet arriving on it is sandbox traffic\n  interface_prefix: egsbx\n  pool4: 10.237.0.0/16\n  pool6: fd00:e9e5::/64",
 	},
 	"kubernetes": {
-		comment: "Kubernetes: egressd runs as a Service; pods reach it by its ClusterIP (see deploy/kubernetes). Bind all addresses inside the egressd pod.",
-		listen:  "  proxy: 0.0.0.0:3128\n  dns: 0.0.0.0:5353\n  admin: 127.0.0.1:9090",
-		sandbox: "  # the pod CIDR of the agent pods: replace with your cluster's\n  cidrs: [10.244.0.0/16]",
+		comment: "Kubernetes: the hostNetwork DaemonSet of deploy/kubernetes, one egressd per node on the node-local\n# address 169.254.20.11 (a dummy interface, as NodeLocal DNSCache does): sandbox pods set\n# HTTPS_PROXY=http://169.254.20.11:3128 and that nameserver. Not a ClusterIP: DNAT would send\n# them to another node's egressd, which the walls drop. Paste this into deploy/kubernetes/10-configmap.yaml.",
+		listen:  "  proxy: 169.254.20.11:3128\n  dns: 169.254.20.11:53\n  # metrics and probes, from the cluster network (the walls drop it from sandbox pods)\n  admin: 0.0.0.0:9090",
+		sandbox: "  # name prefix of the node-side interfaces of pod networking: Calico cali, kindnet/ptp veth,\n  # flannel/bridge cni0, AWS VPC CNI eni, Weave weave, Cilium lxc (legacy host routing only)\n  interface_prefix: cali\n  pool4: 10.237.0.0/16\n  pool6: fd00:e9e5::/64",
 	},
 }
 
@@ -118,6 +177,9 @@ func Render(o Options) ([]byte, error) {
 	seen := map[string]bool{}
 	for _, spec := range o.Presets {
 		name, host, hasHost := strings.Cut(strings.TrimSpace(spec), "=")
+		if n, ok := aliases[name]; ok {
+			name = n
+		}
 		p, ok := presets[name]
 		switch {
 		case !ok:
@@ -137,7 +199,12 @@ func Render(o Options) ([]byte, error) {
 				return nil, fmt.Errorf("preset %s: %q is not a host name", name, host)
 			}
 			rule = strings.ReplaceAll(rule, "{HOST}", n)
-			p.control = "https://" + n + map[string]string{"npm": "/npm", "go": "/golang.org/x/text/@v/list"}[name]
+			if p.hostControl != "" {
+				p.control = "https://" + n + p.hostControl
+			}
+		}
+		if p.artifactory != "" {
+			rule += fmt.Sprintf(repoManagers, p.artifactory, p.nexus)
 		}
 		rules = append(rules, fmt.Sprintf("  # %s\n  - %s", p.comment, rule))
 		if p.control != "" {

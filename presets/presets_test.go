@@ -48,12 +48,12 @@ func TestRender(t *testing.T) {
 						t.Errorf("local: uids %v proxy %s", p.Sandbox.UIDs, p.Listen.Proxy)
 					}
 				case "docker":
-					if len(p.Sandbox.CIDRs) != 1 || p.Listen.Proxy != "172.17.0.1:3128" {
-						t.Errorf("docker: cidrs %v proxy %s", p.Sandbox.CIDRs, p.Listen.Proxy)
+					if len(p.Sandbox.CIDRs) != 0 || p.Sandbox.InterfacePrefix != "egsbx" || p.Listen.Proxy != "10.237.0.1:3128" {
+						t.Errorf("docker: cidrs %v prefix %s proxy %s", p.Sandbox.CIDRs, p.Sandbox.InterfacePrefix, p.Listen.Proxy)
 					}
 				case "kubernetes":
-					if len(p.Sandbox.CIDRs) != 1 || p.Listen.Proxy != "0.0.0.0:3128" {
-						t.Errorf("kubernetes: cidrs %v proxy %s", p.Sandbox.CIDRs, p.Listen.Proxy)
+					if len(p.Sandbox.CIDRs) != 0 || p.Sandbox.InterfacePrefix != "cali" || p.Listen.Proxy != "169.254.20.11:3128" {
+						t.Errorf("kubernetes: cidrs %v prefix %s proxy %s", p.Sandbox.CIDRs, p.Sandbox.InterfacePrefix, p.Listen.Proxy)
 					}
 				}
 			})
@@ -84,5 +84,50 @@ func TestRenderErrors(t *testing.T) {
 		if _, err := Render(tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: got %v, want %q", tt.o, err, tt.want)
 		}
+	}
+}
+
+// TestRenderMirrorKinds (issue 23): every mirror kind has a preset of its
+// name (debian and go as aliases), whose rule is that mirror and which
+// shows, commented, the base_path an Artifactory or Nexus repository of
+// that kind needs where one applies.
+func TestRenderMirrorKinds(t *testing.T) {
+	for _, m := range append(policy.MirrorNames(), "debian", "go") {
+		t.Run(m, func(t *testing.T) {
+			spec := m
+			if _, err := Render(Options{Presets: []string{m}, Sandbox: "local"}); err != nil && strings.Contains(err.Error(), "needs a host") {
+				spec = m + "=repo.internal.example"
+			}
+			b, err := Render(Options{Presets: []string{spec}, Sandbox: "local"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"debian": "apt", "go": "goproxy"}[m]
+			if want == "" {
+				want = m
+			}
+			if !strings.Contains(string(b), "mirror: "+want+"\n") {
+				t.Errorf("no mirror: %s rule:\n%s", want, b)
+			}
+			switch want {
+			case "pypi", "npm", "goproxy", "maven", "apt", "generic":
+				for _, ex := range []string{"#     base_path: /artifactory/", "#     base_path: /repository/"} {
+					if !strings.Contains(string(b), ex) {
+						t.Errorf("no commented %q example:\n%s", ex, b)
+					}
+				}
+				// the example, uncommented, is a valid rule
+				var lines []string
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.HasPrefix(strings.TrimSpace(l), "#     base_path: /repository/") {
+						l = "    base_path: /repository/repo"
+					}
+					lines = append(lines, l)
+				}
+				if _, err := policy.Parse(strings.NewReader(strings.Join(lines, "\n")), "init.yaml"); err != nil {
+					t.Errorf("with the Nexus base_path uncommented: %v", err)
+				}
+			}
+		})
 	}
 }

@@ -107,6 +107,9 @@ identities:
 		{"self-test metadata", "", "", meta, true, 403, "", 1, 1},
 		{"probe run metadata", "agent", "egressd-probe/good", meta, false, 403, "", 1, 2},
 		{"made-up probe token", "agent", "egressd-probe/forged", meta, false, 403, "agent", 2, 2},
+		// anything under a probe label that is not probe traffic is an
+		// alert of its own kind, allowed or not
+		{"made-up probe token, allowed", "agent", "egressd-probe/forged", origin.URL, false, 200, "agent", 2, 2},
 	}
 	for _, tt := range tests {
 		mu.Lock()
@@ -126,6 +129,9 @@ identities:
 		mu.Unlock()
 		if got != tt.alert {
 			t.Errorf("%s: alert %q, want %q", tt.name, got, tt.alert)
+		}
+		if forged := strings.HasSuffix(tt.ua, "/forged"); len(alerts) == 1 && (alerts[0].Kind == AlertProbeLabel) != forged {
+			t.Errorf("%s: alert kind %q", tt.name, alerts[0].Kind)
 		}
 		if n := sumMetric(t, reg, "egressd_high_risk_total"); n != tt.highRisk {
 			t.Errorf("%s: egressd_high_risk_total %v, want %v", tt.name, n, tt.highRisk)

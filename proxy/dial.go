@@ -251,3 +251,15 @@ func (x *checkedDialer) checkNameBudget(ctx context.Context, p *policy.Policy, d
 	}
 	return nil
 }
+
+// dialRefusal is how a failed address check or dial is decided on every
+// path that opens a tunnel: its reason and detail, and the high-risk mark
+// on rq's decision when the refusal carries one.
+func dialRefusal(rq *request, err error) (policy.Reason, string) {
+	var de *DenyError
+	if errors.As(err, &de) {
+		rq.d.HighRisk = de.HighRisk
+		return de.Reason, de.Detail
+	}
+	return reasonFor(err), err.Error()
+}

@@ -11,8 +11,8 @@ import (
 
 // TestDecisionRecordSchema: the proxy's decision lines carry exactly the
 // keys package event defines (and slog's own), so the audit chain and the
-// report read what the proxy writes. The refusal of a request that never
-// reached a rule writes a subset.
+// report read what the proxy writes; so does the refusal of a request that
+// never reached a rule.
 func TestDecisionRecordSchema(t *testing.T) {
 	h := newHarness(t, testConfig, testNames)
 	h.do("GET", "http://unlisted.test/x", nil, nil)
@@ -29,7 +29,7 @@ func TestDecisionRecordSchema(t *testing.T) {
 	for _, tc := range []struct {
 		reason string
 		full   bool
-	}{{`"reason":"no-rule"`, true}, {`"reason":"host-mismatch"`, false}} {
+	}{{`"reason":"no-rule"`, true}, {`"reason":"host-mismatch"`, true}} {
 		line := waitLog(t, h, tc.reason)
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {

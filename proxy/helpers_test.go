@@ -31,6 +31,13 @@ import (
 // names point at loopback origins or at forbidden addresses.
 func testDNS(t testing.TB, names map[string][]string) string {
 	t.Helper()
+	return forgingDNS(t, names, nil)
+}
+
+// forgingDNS is testDNS with forge, when set, spoiling each reply m to
+// query q: the answers an upstream check must refuse.
+func forgingDNS(t testing.TB, names map[string][]string, forge func(q, m *dns.Msg)) string {
+	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +61,9 @@ func testDNS(t testing.TB, names map[string][]string) string {
 				hdr.Rrtype = dns.TypeAAAA
 				m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
 			}
+		}
+		if forge != nil {
+			forge(r, m)
 		}
 		w.WriteMsg(m)
 	})

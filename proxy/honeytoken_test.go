@@ -53,9 +53,10 @@ func TestHoneytokenRefused(t *testing.T) {
 	aws, secret, gh, api := ts[0].Value, ts[1].Value, ts[2].Value, ts[3].Value
 	var mu sync.Mutex
 	var alerts []Attempt
+	alerted := make(chan struct{}, 64) // an alert follows its decision line and the client's answer
 	h := newHarnessWith(t, honeyConfig, map[string][]string{"allowed.test": {"127.0.0.1"}, "jira.test": {"127.0.0.1"}, "x.wild.test": {"127.0.0.1"}}, func(c *Config) {
 		c.Honeytokens = reg
-		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock() }
+		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock(); alerted <- struct{}{} }
 	})
 	port := h.plain.port()
 	base := "http://allowed.test:" + port
@@ -96,6 +97,7 @@ func TestHoneytokenRefused(t *testing.T) {
 			if resp == nil || resp.StatusCode != 403 || resp.Header.Get("X-Egressd-Deny") != "honeytoken" || !strings.Contains(text, tt.kind) {
 				t.Fatalf("got %v %q, want 403 honeytoken naming %s", resp, text, tt.kind)
 			}
+			waitAlert(t, alerted)
 			mu.Lock()
 			defer mu.Unlock()
 			if len(alerts) != 1 || alerts[0].Honeytoken != tt.kind || alerts[0].HoneytokenOf != "sandbox-7" || alerts[0].Where != tt.where || alerts[0].Reason != "honeytoken" {
@@ -125,6 +127,18 @@ func TestHoneytokenRefused(t *testing.T) {
 	}
 }
 
+// waitAlert waits for the next alert: it is raised after the decision line
+// is written and the client answered, so a test that looked at once would
+// race it.
+func waitAlert(t *testing.T, alerted <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-alerted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no alert within 10 s")
+	}
+}
+
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 // TestHoneytokenSNI: on the transparent TLS listener the SNI names the
@@ -136,9 +150,10 @@ func TestHoneytokenSNI(t *testing.T) {
 	reg.Set("run", ts)
 	var mu sync.Mutex
 	var alerts []Attempt
+	alerted := make(chan struct{}, 64) // an alert follows its decision line and the client's answer
 	h := newHarnessWith(t, honeyConfig, map[string][]string{"x.wild.test": {"127.0.0.1"}}, func(c *Config) {
 		c.Honeytokens = reg
-		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock() }
+		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock(); alerted <- struct{}{} }
 	})
 	addr := transparentListen(t, h.px.ServeTransparentTLS, h.tlsO.port())
 	c, err := net.Dial("tcp", addr)
@@ -155,6 +170,7 @@ func TestHoneytokenSNI(t *testing.T) {
 	if !strings.Contains(line, `"reason":"honeytoken"`) || !strings.Contains(line, `"honeytoken":"api-key"`) {
 		t.Fatalf("log line %s", line)
 	}
+	waitAlert(t, alerted)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(alerts) != 1 || alerts[0].Where != "sni" || alerts[0].HoneytokenOf != "sandbox-8" {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -17,7 +19,8 @@ type headInfo struct {
 	bad      string // non-empty: why the head is refused with 400
 	host     string // Host header value
 	hostSeen bool
-	size     int // bytes of the head, request line and blank line included
+	size     int    // bytes of the head, request line and blank line included
+	line     string // the request line as sent (capped): what a head net/http refuses is decided on
 }
 
 // scanConn watches the bytes net/http reads from a client connection and
@@ -35,11 +38,17 @@ type scanConn struct {
 
 	mu       sync.Mutex
 	heads    []headInfo // parsed but not yet claimed by a handler
-	onClose  func()
-	release  func()   // the client connection slot (admitClient); nil inside tunnels
-	refusal  *refusal // set by scan: the head is over a limit
-	refused  error    // returned by every Read once the refusal is sent
+	release  func()     // the client connection slot (admitClient); nil inside tunnels
+	refusal  *refusal   // set by scan: the head is over a limit
+	refused  error      // returned by every Read once the refusal is sent
 	onRefuse func(refusal)
+	// onGoError decides a head net/http refused itself (goError): it gets
+	// the head and the status net/http would have sent, and answers in
+	// its place.
+	onGoError func(h headInfo, status int)
+	// timeouts gives the head and idle timeouts in force, which replace
+	// net/http's sentinel deadlines (newHTTPServer).
+	timeouts func() (head, idle time.Duration)
 	headSize int // bytes of the current head so far
 	lineNo   int // lines of the current head so far
 
@@ -65,6 +74,7 @@ const (
 type refusal struct {
 	reason policy.Reason
 	detail string
+	head   headInfo // what is known of the head: its request line and Host
 }
 
 func newScanConn(c net.Conn, headLimit int) *scanConn {
@@ -94,9 +104,28 @@ func (c *scanConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// SetReadDeadline is net/http's: its sentinel header and idle deadlines
+// become the current policy's timeouts (none when 0).
+func (c *scanConn) SetReadDeadline(t time.Time) error {
+	if c.timeouts != nil && !t.IsZero() {
+		if d := time.Until(t); d > sentinelHeaderTimeout/2 {
+			head, idle := c.timeouts()
+			lim := head
+			if d > (sentinelHeaderTimeout+sentinelIdleTimeout)/2 {
+				lim = idle
+			}
+			t = time.Time{}
+			if lim > 0 {
+				t = time.Now().Add(lim)
+			}
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
 // refuseHead stops scanning and records why the head is refused.
 func (c *scanConn) refuseHead(reason policy.Reason, detail string) {
-	c.refusal = &refusal{reason, detail}
+	c.refusal = &refusal{reason: reason, detail: detail, head: c.partialHead()}
 	c.st = stDone
 	c.line = nil
 }
@@ -247,6 +276,8 @@ func (c *scanConn) endHead() {
 	var cl, te int
 	var chunked bool
 	var length int64
+	var expect string
+	h.line = string(truncateBytes(reqLine, maxKeptLine))
 	for len(rest) > 0 {
 		var l []byte
 		l, rest, _ = bytes.Cut(rest, []byte("\n"))
@@ -262,7 +293,12 @@ func (c *scanConn) endHead() {
 			h.bad = "whitespace before colon in header"
 		}
 		val = bytes.TrimSpace(val)
+		if why := foldedFramingName(name); why != "" {
+			h.bad = why
+		}
 		switch {
+		case bytes.EqualFold(name, []byte("Expect")):
+			expect = string(val)
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			cl++
 			length, _ = strconv.ParseInt(string(val), 10, 64)
@@ -285,6 +321,13 @@ func (c *scanConn) endHead() {
 	}
 	h.size = c.headSize
 	c.headSize, c.lineNo = 0, 0
+	if expect != "" && !hasToken(expect, "100-continue") {
+		// net/http answers any other expectation with a bare 417
+		// before a handler runs: refused here, as a decision.
+		c.refusal = &refusal{reason: policy.ReasonBadRequest, detail: fmt.Sprintf("Expect: %.40q is not 100-continue", expect), head: h}
+		c.st, c.line = stDone, nil
+		return
+	}
 	c.heads = append(c.heads, h)
 	// head (and reqLine) alias c.line: reuse it for the next head, unless
 	// it grew large or the connection stops being HTTP.
@@ -309,6 +352,117 @@ func (c *scanConn) endHead() {
 	}
 }
 
+// maxKeptLine caps the request line a head keeps for its decision.
+const maxKeptLine = policy.MaxURLLen + maxMethodVersion
+
+func truncateBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// foldedFramingName refuses a header name that is not Content-Length or
+// Transfer-Encoding but becomes one when a backend folds '_' into '-'
+// (CGI, some frameworks) or ignores case and surrounding junk: it would
+// frame the body otherwise than egressd did.
+func foldedFramingName(name []byte) string {
+	if len(name) != len("Content-Length") && len(name) != len("Transfer-Encoding") {
+		return ""
+	}
+	if bytes.EqualFold(name, []byte("Content-Length")) || bytes.EqualFold(name, []byte("Transfer-Encoding")) {
+		return ""
+	}
+	folded := bytes.ReplaceAll(bytes.ToLower(name), []byte("_"), []byte("-"))
+	if string(folded) == "content-length" || string(folded) == "transfer-encoding" {
+		return fmt.Sprintf("header %.40q folds to a framing header", name)
+	}
+	return ""
+}
+
+// hasToken reports whether the comma-separated list v holds tok (case
+// insensitive), as net/http reads Expect.
+func hasToken(v, tok string) bool {
+	for t := range strings.SplitSeq(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(t), tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// partialHead is what is known of the head being read: its request line
+// and Host header so far (a head refused before its end, or one net/http
+// gave up on early).
+func (c *scanConn) partialHead() headInfo {
+	line := bytes.TrimLeft(c.line, "\r\n")
+	reqLine, rest, _ := bytes.Cut(line, []byte("\n"))
+	h := headInfo{line: string(truncateBytes(bytes.TrimSpace(reqLine), maxKeptLine)), size: c.headSize}
+	for len(rest) > 0 {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte("\n"))
+		if name, val, ok := bytes.Cut(l, []byte(":")); ok && bytes.EqualFold(name, []byte("Host")) {
+			h.host, h.hostSeen = string(bytes.TrimSpace(val)), true
+			break
+		}
+	}
+	return h
+}
+
+// goErrorHeaders are the headers of every answer net/http's server sends
+// on its own when it cannot read a request (server.go: 400, 431, 501,
+// 505), right after the status line. A handler's response never has them
+// there: net/http writes a Date (its own, or the handler's, which sorts
+// before Connection) ahead of Connection.
+var goErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
+
+// goErrorStatus returns the status of p when p is net/http's own answer to
+// a head it could not read, else 0.
+func goErrorStatus(p []byte) int {
+	const prefix = "HTTP/1.1 "
+	if len(p) < len(prefix)+3 || string(p[:len(prefix)]) != prefix {
+		return 0
+	}
+	if i := bytes.Index(p, []byte("\r\n")); i < 0 || !bytes.HasPrefix(p[i:], goErrorHeaders) {
+		return 0
+	}
+	code, err := strconv.Atoi(string(p[len(prefix) : len(prefix)+3]))
+	if err != nil || code < 400 {
+		return 0
+	}
+	return code
+}
+
+// Write passes the handler's bytes on, except net/http's own answer to a
+// head it refused before any handler ran: that head is decided by
+// onGoError instead (one decision line, X-Egressd-Deny), and net/http's
+// bare answer is dropped.
+func (c *scanConn) Write(p []byte) (int, error) {
+	if c.onGoError != nil && len(p) > 0 && p[0] == 'H' {
+		if status := goErrorStatus(p); status != 0 {
+			if h, ok := c.failedHead(); ok {
+				c.onGoError(h, status)
+				return len(p), nil
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// failedHead is the head net/http failed on: the oldest one no handler
+// claimed, or the one still being read. None in a tunnel.
+func (c *scanConn) failedHead() (headInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.heads) > 0 {
+		return c.heads[0], true
+	}
+	if c.st == stHead && len(bytes.TrimSpace(c.line)) > 0 {
+		return c.partialHead(), true
+	}
+	return headInfo{}, false
+}
+
 func lastToken(v []byte) []byte {
 	if i := bytes.LastIndexByte(v, ','); i >= 0 {
 		v = v[i+1:]
@@ -316,23 +470,13 @@ func lastToken(v []byte) []byte {
 	return bytes.TrimSpace(v)
 }
 
-// setOnClose registers f to run once when the connection closes.
-func (c *scanConn) setOnClose(f func()) {
-	c.mu.Lock()
-	c.onClose = f
-	c.mu.Unlock()
-}
-
-// Close closes the connection and runs the close hook once.
+// Close closes the connection and gives back its slot once.
 func (c *scanConn) Close() error {
 	err := c.Conn.Close()
 	c.mu.Lock()
-	f, rel := c.onClose, c.release
-	c.onClose, c.release = nil, nil
+	rel := c.release
+	c.release = nil
 	c.mu.Unlock()
-	if f != nil {
-		f()
-	}
 	if rel != nil {
 		rel()
 	}

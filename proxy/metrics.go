@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "egressd_bytes_total", Help: "Bytes relayed: out = client to upstream, in = upstream to client.",
 		}, []string{"direction"}),
 		tunnels: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egressd_open_tunnels", Help: "CONNECT tunnels open now.",
+			Name: "egressd_open_tunnels", Help: "Tunnels open now (CONNECT and transparent TLS).",
 		}),
 		decisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "egressd_decision_seconds", Help: "Time from request to policy decision.",

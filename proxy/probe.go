@@ -61,6 +61,12 @@ func (x *Proxy) probeLabel(r *http.Request, identity, host string) string {
 	return ""
 }
 
+// forgedProbe reports whether r claims to be probe traffic (a probe
+// User-Agent) that probeLabel did not label: an alert of its own kind.
+func forgedProbe(r *http.Request, label string) bool {
+	return label == "" && strings.HasPrefix(r.Header.Get("User-Agent"), ProbeUserAgentPrefix)
+}
+
 // isProbeAPI reports whether r is addressed to the proxy's own probe API.
 func isProbeAPI(r *http.Request) bool {
 	if r.Method == http.MethodConnect || !r.URL.IsAbs() || r.URL.Scheme != "http" {

@@ -22,7 +22,6 @@ import (
 	"github.com/elazarl/goproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
@@ -108,7 +107,20 @@ type Attempt struct {
 	Honeytoken   string `json:"honeytoken,omitempty"`
 	HoneytokenOf string `json:"honeytoken_of,omitempty"`
 	Where        string `json:"where,omitempty"`
+	// Kind, when set, names an alert of another kind than high-risk or
+	// evaluation (AlertProbeLabel, AlertProbeLeak).
+	Kind string `json:"kind,omitempty"`
 }
+
+// Alert kinds besides high-risk and evaluation.
+const (
+	// AlertProbeLabel: a request under a probe User-Agent that is not
+	// probe traffic (a token not this identity's, expired, a target off
+	// its plan or sent more often than the plan does).
+	AlertProbeLabel = "probe-label"
+	// AlertProbeLeak: an in-sandbox probe reported a leak.
+	AlertProbeLeak = "probe-leak"
+)
 
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
 // comes from the current policy and whose every dial is checked.
@@ -142,6 +154,7 @@ type Proxy struct {
 	helloTimeout time.Duration
 
 	acceptLog rateLog
+	mem       memoryReleaser // gives memory back after a wave of tunnels closes
 
 	book tunnelBook // tunnels whose close record is not written yet
 
@@ -228,8 +241,11 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 	gp.CertStore = nil
 	gp.KeepAcceptEncoding = true
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		x.m.requests.WithLabelValues("deny", policy.ReasonNotProxyRequest.String(), "", "").Inc()
-		http.Error(w, "egressd: "+policy.ReasonNotProxyRequest.Help(), policy.ReasonNotProxyRequest.Status())
+		rq, _ := r.Context().Value(keyDecision).(*request)
+		if rq == nil {
+			rq = &request{start: time.Now(), method: r.Method}
+		}
+		x.refuse(w, r, rq, policy.ReasonNotProxyRequest, policy.ReasonNotProxyRequest.Help())
 	})
 	gp.OnRequest().DoFunc(x.onRequest)
 	// CONNECT is served by serveConnect and never reaches goproxy; if one
@@ -300,23 +316,36 @@ func (x *Proxy) ViaProxy(remote netip.AddrPort) bool { return x.dialer.out.has(r
 // serveHTTP serves h on l with the proxy's timeouts and limits, each
 // connection watched by a scanConn the handler finds in its context.
 func (x *Proxy) serveHTTP(l net.Listener, h http.Handler) error {
-	p := x.Policy()
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: p.Limits.RequestHeaderTimeout,
-		IdleTimeout:       p.Limits.IdleTimeout,
-		// The scanner refuses a head over the limit first (431 with
-		// X-Egressd-Deny); Go's own limit (this plus 4096) is never
-		// reached, so no head passes Go that the scanner gave up on.
-		MaxHeaderBytes: p.Limits.HeaderBytes,
-		ErrorLog:       x.errorLog,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, keyConn, c)
-		},
-	}
+	srv := x.newHTTPServer(h, func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, keyConn, c)
+	})
 	x.track(srv)
 	shed := &shedListener{Listener: l, g: x.fds, shed: x.m.shed.Inc}
 	return srv.Serve(&scanListener{Listener: shed, x: x, name: l.Addr().String()})
+}
+
+// Sentinels net/http gets for its limits, so that the policy in force,
+// not the one at start, sets them (a reload reaches servers already
+// running): scanConn.SetReadDeadline puts limits.request_header_timeout and
+// limits.idle_timeout in place of the sentinel deadlines, and the scanner
+// refuses a head over limits.header_bytes long before net/http's ceiling.
+const (
+	sentinelHeaderTimeout = 100_000 * time.Hour
+	sentinelIdleTimeout   = 200_000 * time.Hour
+	netHTTPHeaderCeiling  = 1 << 30
+)
+
+// newHTTPServer is the net/http server of every listener and inspected
+// tunnel: its connections must be scanConns (which apply the limits).
+func (x *Proxy) newHTTPServer(h http.Handler, connCtx func(context.Context, net.Conn) context.Context) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: sentinelHeaderTimeout,
+		IdleTimeout:       sentinelIdleTimeout,
+		MaxHeaderBytes:    netHTTPHeaderCeiling,
+		ErrorLog:          x.errorLog,
+		ConnContext:       connCtx,
+	}
 }
 
 // Shutdown stops accepting, closes open tunnels at once, and waits, until
@@ -398,7 +427,10 @@ type request struct {
 	// probe is the identity probe traffic is logged and counted under
 	// (SelftestIdentity, ProbeIdentityPrefix+identity); "" for an agent.
 	// Quarantine and limits still apply to identity.
-	probe  string
+	probe string
+	// forged: the request claims to be probe traffic and is not (an
+	// alert of its own kind, AlertProbeLabel).
+	forged bool
 	target policy.Target
 	d      policy.Decision
 	// pol is the policy that made d: its address checks apply at the dial.
@@ -414,6 +446,10 @@ type request struct {
 	// cutBy is set when egressd closes the open tunnel (reload,
 	// quarantine): its last log line is then a denial.
 	cutBy atomic.Pointer[cutInfo]
+	// hello is a CONNECT tunnel's ClientHello deadline, if shorter than
+	// the proxy's because the client asked (HelloDeadlineHeader); zero:
+	// the proxy's.
+	hello time.Duration
 	// headBytes is the size of the request head the client sent (data
 	// out, like the body).
 	headBytes int
@@ -460,6 +496,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rq.probe = x.probeLabel(r, rq.identity, host)
+	rq.forged = forgedProbe(r, rq.probe)
 	if head.bad != "" {
 		x.refuse(w, r, rq, policy.ReasonBadRequest, head.bad)
 		return
@@ -583,7 +620,7 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 	if x.alert == nil {
 		return
 	}
-	if eval := x.Policy().Evaluation(rq.identity); highRisk || eval || rq.honey != nil {
+	if eval := x.Policy().Evaluation(rq.identity); highRisk || eval || rq.honey != nil || rq.forged {
 		host := rq.target.Host()
 		if host == "" {
 			host = rq.d.Host
@@ -592,6 +629,9 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval}
 		if h := rq.honey; h != nil {
 			at.Honeytoken, at.HoneytokenOf, at.Where = string(h.token.Kind), h.token.Identity, h.where
+		}
+		if rq.forged {
+			at.Kind = AlertProbeLabel
 		}
 		x.alert(at)
 	}
@@ -609,18 +649,27 @@ func (x *Proxy) quarantined(rq *request) (string, bool) {
 }
 
 // refuse answers a request that never reached a decision rule (hygiene,
-// readiness, quarantine) and logs it.
+// readiness, quarantine) and logs it as one decision line. A malformed
+// request's raw target is scanned for a high-risk host in any spelling.
 func (x *Proxy) refuse(w http.ResponseWriter, r *http.Request, rq *request, reason policy.Reason, detail string) {
 	status := reason.Status()
 	w.Header().Set("X-Egressd-Deny", reason.String())
 	w.Header().Set("Connection", "close")
-	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, detail), status)
-	x.count(rq, event.Deny, reason.String(), "", "", false)
-	x.log.LogAttrs(r.Context(), slog.LevelWarn, event.Msg,
-		slog.String(event.KeyIdentity, rq.logIdentity()), slog.String(event.KeyMethod, r.Method),
-		slog.String(event.KeyHost, r.Host), slog.String(event.KeyPath, truncate(r.URL.Path, maxLogPath)),
-		slog.String(event.KeyDecision, event.Deny), slog.String(event.KeyReason, reason.String()), slog.String(event.KeyDetail, detail),
-		slog.Int(event.KeyStatus, status))
+	http.Error(w, fmt.Sprintf("egressd: %d %s: %s", status, reason, clientDetail(reason, detail)), status)
+	switch reason {
+	case policy.ReasonBadRequest, policy.ReasonHostMismatch, policy.ReasonNotProxyRequest:
+		x.scanHighRisk(rq, r.RequestURI, r.Host)
+	}
+	if !rq.d.HighRisk && rq.target.Host() == "" {
+		if t, ok := refusedTarget(r); ok {
+			rq.target = t // the host and port the request named, never decided
+		} else {
+			rq.d.Host = truncate(r.Host, maxLogPath)
+			rq.target.Path = r.URL.Path
+		}
+	}
+	rq.d.Allow = false
+	x.logDecisionReason(r.Context(), rq, status, reason, detail, 0, 0)
 }
 
 const maxLogPath = 200

@@ -122,7 +122,9 @@ func innerTarget(tun *request, r *http.Request) (policy.Target, error) {
 	t.Scheme = "https"
 	uri := r.RequestURI
 	hostHdr := r.Host
-	if strings.Contains(uri, "://") {
+	// Absolute-form only when the target does not start with '/': an
+	// origin-form target may carry "://" in its query (?u=https://…).
+	if !strings.HasPrefix(uri, "/") && strings.Contains(uri, "://") {
 		u, err := policy.ParseURL(uri)
 		if err != nil {
 			return t, err
@@ -333,8 +335,36 @@ func (x *Proxy) denyDecision(r *http.Request, rq *request) *http.Response {
 // deny builds the refusal response and logs and counts the decision.
 func (x *Proxy) deny(r *http.Request, rq *request, reason policy.Reason, rule, detail string) *http.Response {
 	rq.d.Allow = false
+	if reason == policy.ReasonBadTarget {
+		x.scanHighRisk(rq, r.RequestURI, r.Host)
+	}
 	x.logDecisionReason(r.Context(), rq, reason.Status(), reason, detail, 0, 0)
-	return denyResponse(r, reason, rule, detail, rq.message)
+	return denyResponse(r, reason, rule, clientDetail(reason, detail), rq.message)
+}
+
+// scanHighRisk marks a request whose target could not be parsed as
+// high-risk when any of its raw targets (request target, Host header)
+// names a high-risk host in any spelling (policy.HighRiskIn, as check
+// does): it is then counted, logged and alerted as the attempt it is.
+func (x *Proxy) scanHighRisk(rq *request, raws ...string) {
+	p := x.Policy()
+	for _, raw := range raws {
+		if host, ok := p.HighRiskIn(raw); ok {
+			rq.d.HighRisk, rq.d.Host, rq.target = true, host, policy.Target{}
+			return
+		}
+	}
+}
+
+// clientDetail is what a refusal's body may tell the client. The gate's
+// 503s carry the daemon's state (which probes leaked, which rules failed
+// their self-test): the operator's to read in the log and on the admin
+// endpoint, not the sandbox's; the client gets the reason's advice only.
+func clientDetail(reason policy.Reason, detail string) string {
+	if reason == policy.ReasonNotReady || reason == policy.ReasonAuditUnavailable {
+		return reason.Help()
+	}
+	return detail
 }
 
 func (x *Proxy) logDecision(ctx context.Context, rq *request, status int, detail string, in, out int64) {

@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/egressd/egressd/dnsclient"
 )
 
-// Resolver looks names up only through the configured upstreams (miekg/dns
-// over UDP, TCP on truncation), or through Go's own resolver when none are
-// configured — never cgo, never the proxy environment. Answers are cached
+// Resolver looks names up only through the configured upstreams (through
+// dnsclient, the DNS filter's client too, which checks every answer), or
+// through Go's own resolver when none are configured — never cgo, never
+// the proxy environment. Answers are cached
 // for their TTL (bounded), which is safe because every address is checked
 // at dial time, on each connection.
 type Resolver struct {
@@ -129,6 +132,9 @@ func (r *Resolver) upstream(ctx context.Context, name string) ([]netip.Addr, tim
 	return nil, 0, fmt.Errorf("resolve %s: %w", name, lastErr)
 }
 
+// query asks up for qt records of name through the one upstream client
+// (the DNS filter's too), which checks the answer; an NXDOMAIN is no
+// addresses, not an upstream failure.
 func (r *Resolver) query(ctx context.Context, up netip.AddrPort, name string, qt uint16) ([]netip.Addr, uint32, error) {
 	timeout := r.Timeout
 	if timeout == 0 {
@@ -136,22 +142,10 @@ func (r *Resolver) query(ctx context.Context, up netip.AddrPort, name string, qt
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m := new(dns.Msg)
-	m.SetQuestion(dns.Fqdn(name), qt)
-	m.RecursionDesired = true
-	resp, err := r.exchange(ctx, "udp", up, m)
-	if err == nil && resp.Truncated {
-		resp, err = r.exchange(ctx, "tcp", up, m)
-	}
+	c := dnsclient.Client{Dial: r.Dial, Timeout: timeout}
+	resp, _, err := c.Exchange(ctx, up, dnsclient.NewQuery(dns.Fqdn(name), qt))
 	if err != nil {
-		return nil, 0, fmt.Errorf("query %s %s: %w", up, dns.TypeToString[qt], err)
-	}
-	switch resp.Rcode {
-	case dns.RcodeSuccess:
-	case dns.RcodeNameError:
-		return nil, 0, nil // NXDOMAIN: no addresses, not an upstream failure
-	default:
-		return nil, 0, fmt.Errorf("query %s %s: rcode %s", up, dns.TypeToString[qt], dns.RcodeToString[resp.Rcode])
+		return nil, 0, fmt.Errorf("query %s: %w", dns.TypeToString[qt], err)
 	}
 	var out []netip.Addr
 	ttl := uint32(maxCacheTTL / time.Second)
@@ -180,31 +174,6 @@ func (r *Resolver) query(ctx context.Context, up netip.AddrPort, name string, qt
 		ttl = min(ttl, h.Ttl)
 	}
 	return out, ttl, nil
-}
-
-func (r *Resolver) exchange(ctx context.Context, network string, up netip.AddrPort, m *dns.Msg) (*dns.Msg, error) {
-	dial := r.Dial
-	if dial == nil {
-		var d net.Dialer
-		dial = d.DialContext
-	}
-	c, err := dial(ctx, network, up.String())
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
-	cl := &dns.Client{Net: network}
-	resp, _, err := cl.ExchangeWithConnContext(ctx, m, &dns.Conn{Conn: c})
-	if err != nil {
-		return nil, err
-	}
-	if resp.Id != m.Id {
-		return nil, errors.New("reply id mismatch")
-	}
-	return resp, nil
 }
 
 func sortV4First(a []netip.Addr) []netip.Addr {

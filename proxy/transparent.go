@@ -2,14 +2,11 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,110 +93,85 @@ func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
 	}
 }
 
+// transparentTLS is the transparent front of the tunnel pipeline: the
+// identity from the source address, its quarantine and connection slot,
+// the ClientHello read to learn the host (SNI), and the decision; the
+// tunnel then runs as a CONNECT's does (runTunnel).
 func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
-	defer c.Close()
 	rq := &request{start: time.Now(), method: "TLS"}
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 	rq.identity = x.sourceIdentity(src.Addr())
 	ctx := context.Background()
 	if x.ids.quarantined(rq.identity) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonQuarantine, "", 0, 0)
+		c.Close()
 		return
 	}
 	release, ok := x.ids.acquire(rq.identity, x.Policy().Limits.ConnsPerIdentity)
 	if !ok {
 		x.logDecisionReason(ctx, rq, http.StatusTooManyRequests, policy.ReasonConnLimit, "", 0, 0)
+		c.Close()
 		return
 	}
-	defer release()
-	hello, raw, err := peekClientHello(c, x.helloTimeout)
+	rq.release = release
+	tn := &tunnel{rq: rq, client: c, raw: c, transparent: true}
+	if !x.decideTransparent(ctx, tn, port) {
+		c.Close()
+		release()
+		return
+	}
+	x.openTunnel(tn)
+	x.runTunnel(ctx, tn)
+}
+
+// decideTransparent reads the ClientHello of a transparent TLS
+// connection and decides the host its SNI names, as a CONNECT to it:
+// false when refused (logged).
+func (x *Proxy) decideTransparent(ctx context.Context, tn *tunnel, port uint16) bool {
+	rq := tn.rq
+	hello, raw, err := peekClientHello(tn.raw, x.helloTimeout)
 	if err != nil {
 		reason := policy.ReasonNoClientHello
 		if errors.Is(err, ErrNotTLS) {
 			reason = policy.ReasonNotTLS
 		}
 		x.cut(ctx, rq, reason, err.Error())
-		return
+		return false
 	}
+	tn.hello, tn.pre = hello, raw
 	if hello.ServerName == "" {
 		x.logDecisionReason(ctx, rq, 0, policy.ReasonNoSNI, "transparent TLS needs SNI to name the host", 0, 0)
-		return
+		return false
 	}
 	t, err := policy.ParseAuthority(net.JoinHostPort(hello.ServerName, strconv.Itoa(int(port))))
 	if err != nil {
 		x.logDecisionReason(ctx, rq, 0, policy.ReasonBadTarget, err.Error(), 0, 0)
-		return
+		return false
 	}
 	rq.target = t
-	p := x.policyFor(c.RemoteAddr().String())
-	rq.d, rq.pol = p.DecideTargetAs(&t, rq.identity), p
+	p := x.Policy()
+	rq.d = p.DecideTargetAs(&t, rq.identity)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if rq.honey = x.honeyInName(rq, "sni"); rq.honey != nil {
 		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonHoneytoken, honeyDetail(rq.honey), 0, 0)
-		return
+		return false
 	}
 	if !rq.d.Allow {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)
-		return
+		return false
 	}
-	if reason, detail := x.refusal(p, c.RemoteAddr().String()); reason.Denies() {
+	if reason, detail := x.refusal(p, tn.raw.RemoteAddr().String()); reason.Denies() {
 		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, reason.Status(), reason, detail, 0, 0)
-		return
+		return false
 	}
-	client := &replayConn{Conn: c, pre: raw}
-	x.ids.addTunnel(rq.identity, c, rq)
-	x.m.tunnels.Inc()
-	closed := x.tunnelOpened(ctx, rq)
-	defer func() { x.ids.removeTunnel(rq.identity, c); x.m.tunnels.Dec(); closed() }()
-	if !rq.d.Inspect {
-		if slices.Contains(hello.Extensions, extECH) {
-			x.cut(ctx, rq, policy.ReasonECH, policy.ReasonECH.Help())
-			return
-		}
-		ctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
-		up, upAddr, err := x.dialer.dial(ctx, p, &rq.d, t.Port)
-		if err != nil {
-			reason := reasonFor(err)
-			rq.d.Allow = false
-			x.logDecisionReason(ctx, rq, reason.Status(), reason, err.Error(), 0, 0)
-			return
-		}
-		rq.upAddr = upAddr
-		defer up.Close()
-		idle := p.Limits.IdleTimeout
-		out, in, idled := pipe(client, up, idle)
-		if ci := rq.cutBy.Load(); ci != nil {
-			rq.d.Allow = false
-			x.logDecisionReason(ctx, rq, 0, ci.reason, ci.detail, in, out)
-			return
-		}
-		x.logDecisionReason(ctx, rq, http.StatusOK, policy.ReasonTransparentTunnel, idleDetail(idled, idle), in, out)
-		return
-	}
-	if x.ca == nil {
+	if rq.d.Inspect && x.ca == nil {
 		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonInspectionUnavailable, "", 0, 0)
-		return
+		return false
 	}
-	cfg, err := x.ca.ServerConfig(t.Host())
-	if err != nil {
-		rq.d.Allow = false
-		x.logDecisionReason(ctx, rq, http.StatusBadGateway, policy.ReasonInspectionUnavailable, err.Error(), 0, 0)
-		return
-	}
-	tc := tls.Server(client, cfg)
-	tc.SetDeadline(time.Now().Add(x.helloTimeout))
-	if err := tc.Handshake(); err != nil {
-		x.cut(ctx, rq, policy.ReasonTLSHandshake, err.Error())
-		return
-	}
-	tc.SetDeadline(time.Time{})
-	x.logDecision(ctx, rq, http.StatusOK, "transparent TLS inspected", 0, 0)
-	x.serveInner(tc, nil, func(w http.ResponseWriter, r *http.Request, _ *scanConn) {
-		x.serveOriginForm(w, r, "https", port, t.Name)
-	})
+	return true
 }
 
 // oneConnListener serves exactly one connection, then reports closed once

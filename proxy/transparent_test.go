@@ -3,13 +3,17 @@ package proxy
 import (
 	"bufio"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // transparentHarness adds transparent listeners to a harness; the "original
@@ -122,5 +126,88 @@ func TestTransparentTLSNotReadyLogsDeny(t *testing.T) {
 	line := waitLog(t, h, `"reason":"not-ready"`)
 	if !strings.Contains(line, `"decision":"deny"`) || !strings.Contains(line, `"status":503`) {
 		t.Errorf("not-ready logged as %s, want decision deny, status 503", line)
+	}
+}
+
+// TestSplicedTunnelBytesCounted: a spliced tunnel's bytes reach
+// egressd_bytes_total whichever front opened it (a CONNECT or a
+// transparent TLS connection), the same figures as its decision line.
+// The transparent front once counted none: it ran its own copy of the
+// splice, without the accounting.
+func TestSplicedTunnelBytesCounted(t *testing.T) {
+	t.Parallel()
+	for _, front := range []string{"connect", "transparent"} {
+		t.Run(front, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, testConfig, testNames)
+			var c net.Conn
+			reason := `"reason":"tunnel"`
+			if front == "connect" {
+				c = h.connect(t, "allowed.test:"+h.tlsO.port())
+			} else {
+				var err error
+				if c, err = net.Dial("tcp", transparentListen(t, h.px.ServeTransparentTLS, h.tlsO.port())); err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				reason = `"reason":"transparent tunnel"`
+			}
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			tc := tls.Client(c, &tls.Config{ServerName: "allowed.test", RootCAs: h.upCA.Pool()})
+			fmt.Fprintf(tc, "GET /x HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			tc.Close()
+			var rec struct {
+				In  float64 `json:"bytes_in"`
+				Out float64 `json:"bytes_out"`
+			}
+			if err := json.Unmarshal([]byte(waitLog(t, h, reason)), &rec); err != nil || rec.In == 0 || rec.Out == 0 {
+				t.Fatalf("decision line: %+v %v", rec, err)
+			}
+			var in, out dto.Metric
+			h.px.m.bytesIn.Write(&in)
+			h.px.m.bytesOut.Write(&out)
+			if got := [2]float64{in.GetCounter().GetValue(), out.GetCounter().GetValue()}; got != [2]float64{rec.In, rec.Out} {
+				t.Errorf("egressd_bytes_total in, out = %v, decision line says %v", got, [2]float64{rec.In, rec.Out})
+			}
+		})
+	}
+}
+
+// TestTunnelDialRefusalFlagsHighRisk: a tunnel whose name resolves to a
+// metadata address is a high-risk denial on its decision line whichever
+// front opened it. The transparent front once logged it unflagged: it
+// read the dial's refusal on its own, without the high-risk mark.
+func TestTunnelDialRefusalFlagsHighRisk(t *testing.T) {
+	t.Parallel()
+	for _, front := range []string{"connect", "transparent"} {
+		t.Run(front, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, testConfig, testNames)
+			if front == "connect" {
+				if got := h.raw("CONNECT meta.test:" + h.tlsO.port() + " HTTP/1.1\r\nHost: meta.test\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 403") {
+					t.Fatalf("CONNECT to a metadata name: %q", got)
+				}
+			} else {
+				c, err := net.Dial("tcp", transparentListen(t, h.px.ServeTransparentTLS, h.tlsO.port()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if err := tls.Client(c, &tls.Config{ServerName: "meta.test", RootCAs: h.upCA.Pool()}).Handshake(); err == nil {
+					t.Fatal("handshake to a metadata name succeeded")
+				}
+			}
+			line := waitLog(t, h, `"reason":"high-risk"`)
+			if !strings.Contains(line, `"high_risk":true`) || !strings.Contains(line, `"decision":"deny"`) {
+				t.Errorf("decision line %s: want a denial flagged high_risk", line)
+			}
+		})
 	}
 }

@@ -15,7 +15,9 @@ import (
 // when it is established and a close record when it has ended and written
 // its own last line, so the audit chain shows a tunnel whose end was never
 // recorded, and a stop can wait for every record before the seal. The
-// tunnel paths call tunnelOpened and the func it returns, nothing else.
+// tunnel pipeline calls tunnelOpened in openTunnel and the func it
+// returns at the end of closeTunnel (tunnel.go); a WebSocket, in
+// serveUpgrade (upgrade.go), likewise.
 
 // tunnelBook counts the tunnels whose close record is not written yet.
 type tunnelBook struct {

@@ -105,9 +105,10 @@ func TestWebSocketHoneytoken(t *testing.T) {
 	reg.Set("t", ts)
 	var mu sync.Mutex
 	var alerts []Attempt
+	alerted := make(chan struct{}, 16)
 	h := newHarnessWith(t, wsConfig, wsNames, func(c *Config) {
 		c.Honeytokens = reg
-		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock() }
+		c.Alert = func(a Attempt) { mu.Lock(); alerts = append(alerts, a); mu.Unlock(); alerted <- struct{}{} }
 	})
 	port, _ := wsOrigin(t, h)
 	tc := inspectedTLS(t, h, "ws.test", port)
@@ -136,6 +137,9 @@ func TestWebSocketHoneytoken(t *testing.T) {
 			t.Errorf("log line lacks %s: %s", want, line)
 		}
 	}
+	// The alert follows the decision line (the line is written, then
+	// counted and alerted): wait for it rather than race it.
+	waitAlert(t, alerted)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(alerts) != 1 || alerts[0].Where != "websocket" {

@@ -127,13 +127,15 @@ func parseDecisionLog(r io.Reader) (*DecisionLog, error) {
 
 // Input is what the evidence pack is made of.
 type Input struct {
-	Now      time.Time
-	Policy   *policy.Policy
-	Runs     []selftest.HistoryLine
-	Log      *DecisionLog
-	LogFile  string
-	Walls    string // the kernel walls with their counters (nft.Show)
-	WallsErr error  // why Walls is empty
+	Now    time.Time
+	Policy *policy.Policy
+	Runs   []selftest.HistoryLine
+	// SkippedRuns is how many history lines could not be read (skipped).
+	SkippedRuns int
+	Log         *DecisionLog
+	LogFile     string
+	Walls       string // the kernel walls with their counters (nft.Show)
+	WallsErr    error  // why Walls is empty
 	// Honeytokens are the canary credentials egressd placed (the state
 	// directory's store): kept apart from the keys the scan found.
 	Honeytokens []honeytoken.Token
@@ -162,6 +164,9 @@ func Write(w io.Writer, in Input) {
 
 	_, sandboxes := splitRuns(in.Runs)
 	fmt.Fprintf(w, "## 3. Escape tests: egressd's self-test\n\n")
+	if in.SkippedRuns > 0 {
+		fmt.Fprintf(w, "> %d lines of the self-test history could not be read and were skipped.\n\n", in.SkippedRuns)
+	}
 	writeHistory(w, own)
 
 	fmt.Fprintf(w, "## 4. In-sandbox probes\n\n")
@@ -241,11 +246,15 @@ func writeProbes(w io.Writer, now time.Time, runs []selftest.HistoryLine) {
 		fmt.Fprintf(w, "No in-sandbox probe has reported. Run `egressd probe` inside each sandbox (entrypoint guard, CI gate or `--every 5m`): egressd's own self-test probes from a namespace it wires itself, which may differ from how a container or pod is wired.\n\n")
 		return
 	}
-	fmt.Fprintf(w, "`egressd probe` runs inside each sandbox and reports through the checkpoint; the identity is the one egressd gives the sandbox's source.\n\n")
-	fmt.Fprintf(w, "| identity | last run (UTC) | age | last outcome | runs | runs with a leak |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "`egressd probe` runs inside each sandbox and reports through the checkpoint; the identity is the one egressd gives the sandbox's source, the times are egressd's. Outcomes are as reported by the sandbox: a leak is evidence, a pass only its claim, which never closes an earlier leak (an operator acknowledges it: `egressd probes incidents`).\n\n")
+	fmt.Fprintf(w, "| identity | last run (UTC) | age | last outcome (reported) | runs | runs with a leak |\n|---|---|---|---|---|---|\n")
 	var failures []string
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %v | %s | %d | %d |\n", md(r.Identity), r.Last.UTC().Format(time.RFC3339), now.Sub(r.Last).Round(time.Second), r.Outcome, r.Runs, r.LeakRuns)
+		outcome := r.Outcome
+		if r.LeakRuns > 0 && outcome != selftest.OutcomeLeak {
+			outcome += " (claimed after a leak)"
+		}
+		fmt.Fprintf(w, "| %s | %s | %v | %s | %d | %d |\n", md(r.Identity), r.Last.UTC().Format(time.RFC3339), now.Sub(r.Last).Round(time.Second), outcome, r.Runs, r.LeakRuns)
 		for _, f := range r.Failures {
 			failures = append(failures, fmt.Sprintf("- %s at %s: **%s** `%s` (%s, target `%s`): %s", md(r.Identity), r.Last.UTC().Format(time.RFC3339), f.Status, f.ID, f.Route, f.Target, f.Detail))
 		}
@@ -307,7 +316,7 @@ func writeCredentials(w io.Writer, runs []selftest.HistoryLine, planted []honeyt
 		fmt.Fprintf(w, "Not scanned: `egressd probe` scans its environment and its user's well-known credential files in each sandbox (names and locations only, never values).\n\n")
 		return
 	}
-	fmt.Fprintf(w, "From each sandbox's last `egressd probe` run: environment variables shaped like tokens and the well-known credential files of the user it ran as (cloud CLIs, docker, .netrc, git, SSH and PEM private keys). Names and locations only; no value is ever read into the report.\n\n")
+	fmt.Fprintf(w, "As reported by each sandbox's last `egressd probe` run (its word: a sandbox that hides a key can report none): environment variables shaped like tokens and the well-known credential files of the user it ran as (cloud CLIs, docker, .netrc, git, SSH and PEM private keys). Names and locations only; no value is ever read into the report.\n\n")
 	fmt.Fprintf(w, "Keys egressd placed itself (the honeytokens above) are left out of this table; what is left is what the scan found.\n\n")
 	fmt.Fprintf(w, "| identity | kind | name | location |\n|---|---|---|---|\n")
 	for _, r := range rows {
@@ -331,6 +340,7 @@ type Pack struct {
 	WallsErr  string                 `json:"walls_error,omitempty"`
 	Rules     int                    `json:"rules"`
 	Selftest  []selftest.HistoryLine `json:"selftest_runs"`
+	Skipped   int                    `json:"skipped_history_lines,omitempty"`
 	Probes    []ProbeRow             `json:"sandbox_probes"`
 	Decisions *DecisionSummary       `json:"decisions,omitempty"`
 	Reached   []ReachRow             `json:"reached"`
@@ -356,7 +366,7 @@ type DecisionSummary struct {
 func WriteJSON(w io.Writer, in Input) error {
 	own, sandboxes := splitRuns(in.Runs)
 	pk := Pack{Generated: in.Now, Config: in.Policy.Source, Summary: historySummary(own), Walls: in.Walls,
-		Rules: len(in.Policy.Rules), Selftest: own, Probes: probeRows(sandboxes), Reached: reachRows(in.Log),
+		Rules: len(in.Policy.Rules), Selftest: own, Skipped: in.SkippedRuns, Probes: probeRows(sandboxes), Reached: reachRows(in.Log),
 		Planted: plantedRows(in.Honeytokens), HoneyHits: honeyHitRows(in.Log), Seal: in.Seal}
 	if in.WallsErr != nil {
 		pk.WallsErr = in.WallsErr.Error()

@@ -50,6 +50,9 @@ type Config struct {
 	// AWS shared credentials file (also when the policy says honeytokens:
 	// true); they are added to StateDir's store, which the gateway watches.
 	Honeytokens bool
+	// Identity, if set, names the run's sandbox addresses (WithIdentity):
+	// decisions are logged as this identity, so trial runs add up.
+	Identity string
 	// NoTransparent turns off the transparent listeners on the run's link
 	// (on by default: the sandbox is egressd's own namespace).
 	NoTransparent bool

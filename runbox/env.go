@@ -9,9 +9,13 @@ import (
 	"strings"
 )
 
-// noProxy is the sandbox's own loopback: its servers are its own, never
-// reached through the proxy.
-const noProxy = "localhost,127.0.0.1,::1"
+// noProxy is the sandbox's own loopback (its servers are its own, never
+// reached through the proxy) and the cloud metadata addresses: a client
+// sends those straight at the wall, which drops them in silence as a
+// sealed box does. Through the proxy it would get egressd's 403, an HTTP
+// answer that a probe script (curl -s, no -f) cannot tell from the
+// metadata service's own.
+const noProxy = "localhost,127.0.0.1,::1,169.254.169.254,fd00:ec2::254,metadata.google.internal"
 
 // cleanKeep is what --clean-env keeps: what a shell and a locale need.
 var cleanKeep = []string{"PATH", "HOME", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME", "SHELL", "TZ", "TMPDIR"}
@@ -38,11 +42,12 @@ func Env(host []string, clean bool, keep []string, proxy netip.AddrPort, bundle,
 		"NODE_USE_ENV_PROXY": "1",
 		"JAVA_TOOL_OPTIONS": "-Dhttp.proxyHost=" + proxy.Addr().String() + " -Dhttp.proxyPort=" + strconv.Itoa(int(proxy.Port())) +
 			" -Dhttps.proxyHost=" + proxy.Addr().String() + " -Dhttps.proxyPort=" + strconv.Itoa(int(proxy.Port())) +
-			" -Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]" + javaTrust,
+			" -Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]|169.254.169.254|[fd00:ec2::254]|metadata.google.internal" + javaTrust,
 	}
 	for _, k := range CABundleVars {
 		set[k] = bundle
 	}
+	set["SSL_CERT_DIR"] = CertDirFor(bundle)
 	out := make([]string, 0, len(host)+len(set))
 	for _, kv := range host {
 		k, _, _ := strings.Cut(kv, "=")
@@ -68,10 +73,12 @@ func Env(host []string, clean bool, keep []string, proxy netip.AddrPort, bundle,
 	return out, suspicious
 }
 
-// CABundleVars are the variables run points at its CA bundle.
+// CABundleVars are the variables run points at its CA bundle (and
+// SSL_CERT_DIR at CertDirFor(bundle)).
 var CABundleVars = []string{
 	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "npm_config_cafile",
 	"CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO", "AWS_CA_BUNDLE", "DENO_CERT",
+	"NIX_SSL_CERT_FILE", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "HTTPLIB2_CA_CERTS", "CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE",
 }
 
 // JavaOptionSafe reports whether a path can be a JAVA_TOOL_OPTIONS value:

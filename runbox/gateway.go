@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/nft"
@@ -89,4 +90,36 @@ func writeCABundle(path string, egressdCA []byte) (string, error) {
 		return "", fmt.Errorf("write CA bundle: %w", err)
 	}
 	return path, nil
+}
+
+// maxIdentityName bounds `run --identity`.
+const maxIdentityName = 64
+
+// WithIdentity is rp with the run's sandbox addresses named identity
+// name (`run --identity`): its decisions are logged and counted as name,
+// rules naming name apply, and trial runs of one agent add up in the log
+// (`egressd suggest --identity NAME`), instead of each run being a fresh
+// source address. An identity of that name in the config keeps its
+// evaluation mark; the config's own policy is not changed.
+func WithIdentity(rp *policy.Policy, name string, addrs []netip.Addr) (*policy.Policy, error) {
+	switch {
+	case name == "" || len(name) > maxIdentityName || strings.IndexFunc(name, badIdentityRune) >= 0:
+		return nil, fmt.Errorf("--identity %q: want 1 to %d letters, digits, '.', '_' or '-'", name, maxIdentityName)
+	case policy.IsProbeIdentity(name):
+		return nil, fmt.Errorf("--identity %q: that name labels egressd's own probe traffic", name)
+	}
+	id := policy.Identity{Name: name, Evaluation: rp.Evaluation(name)}
+	for _, a := range addrs {
+		if a.IsValid() {
+			id.CIDRs = append(id.CIDRs, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	q := *rp
+	// First: Identity takes the first identity whose cidrs hold a source.
+	q.Identities = append([]policy.Identity{id}, rp.Identities...)
+	return &q, nil
+}
+
+func badIdentityRune(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
 }

@@ -1,10 +1,14 @@
 package runbox
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/policy"
 )
@@ -64,5 +68,84 @@ func TestReadableSecrets(t *testing.T) {
 	p := &policy.Policy{Audit: policy.Audit{SignKey: world, SignKeyPrevious: private}}
 	if got := readableSecrets(p, nobody); len(got) != 1 || got[0] != world {
 		t.Errorf("audit keys readable by the sandbox: %v, want [%s]", got, world)
+	}
+}
+
+// TestReadableSecretsAsTheUser: the check is the sandbox user's own open,
+// not the mode bits: a POSIX ACL granting the user read, and a symlink in
+// a directory the user cannot search pointing at a file it can read, are
+// readable; upstream_proxy.auth_from is checked like an inject secret.
+func TestReadableSecretsAsTheUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own files as another user")
+	}
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	acl := filepath.Join(dir, "acl")
+	if err := os.WriteFile(acl, []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := setUserReadACL(acl, 65534); err != nil {
+		t.Skipf("cannot set a POSIX ACL here: %v", err)
+	}
+	open := filepath.Join(dir, "open")
+	os.WriteFile(open, []byte("s3cret"), 0o644)
+	closed := filepath.Join(dir, "closed")
+	os.Mkdir(closed, 0o700)
+	link := filepath.Join(closed, "link") // behind a 0700 directory, pointing out of it
+	os.Symlink(open, link)
+	auth := filepath.Join(dir, "proxy-auth")
+	os.WriteFile(auth, []byte("u:p"), 0o644)
+	private := filepath.Join(dir, "private")
+	os.WriteFile(private, []byte("u:p"), 0o600)
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	tests := []struct {
+		name string
+		p    *policy.Policy
+		want int
+	}{
+		{"ACL grants read", &policy.Policy{Rules: []*policy.Rule{{Name: "r", Inject: &policy.Inject{File: acl}}}}, 1},
+		// the user cannot reach the link, but may open its target: the
+		// target is what an agent reads
+		{"symlink to a readable file", &policy.Policy{Rules: []*policy.Rule{{Name: "r", Inject: &policy.Inject{File: link}}}}, 1},
+		{"auth_from readable", &policy.Policy{UpstreamProxy: &policy.UpstreamProxy{Addr: "198.51.100.1:8080", AuthFile: auth}}, 1},
+		{"auth_from private", &policy.Policy{UpstreamProxy: &policy.UpstreamProxy{Addr: "198.51.100.1:8080", AuthFile: private}}, 0},
+	}
+	for _, tt := range tests {
+		if got := readableSecrets(tt.p, nobody); len(got) != tt.want {
+			t.Errorf("%s: readable %v, want %d file(s)", tt.name, got, tt.want)
+		}
+	}
+}
+
+// setUserReadACL gives uid read on path by a POSIX access ACL
+// (system.posix_acl_access; no setfacl needed): user::rw-, user:uid:r--,
+// group::---, mask::r--, other::---.
+func setUserReadACL(path string, uid uint32) error {
+	const undefined = 0xffffffff
+	entries := []struct {
+		tag, perm uint16
+		id        uint32
+	}{{0x01, 6, undefined}, {0x02, 4, uid}, {0x04, 0, undefined}, {0x10, 4, undefined}, {0x20, 0, undefined}}
+	b := binary.LittleEndian.AppendUint32(nil, 2) // POSIX_ACL_XATTR_VERSION
+	for _, e := range entries {
+		b = binary.LittleEndian.AppendUint16(b, e.tag)
+		b = binary.LittleEndian.AppendUint16(b, e.perm)
+		b = binary.LittleEndian.AppendUint32(b, e.id)
+	}
+	return unix.Setxattr(path, "system.posix_acl_access", b, 0)
+}
+
+// TestHiddenPaths: CMD's mount namespace hides the secret files, the state
+// directory and the run log (relative paths, which the helper would
+// refuse, are left to the readability check).
+func TestHiddenPaths(t *testing.T) {
+	p := &policy.Policy{Rules: []*policy.Rule{{Name: "a", Inject: &policy.Inject{File: "/etc/egressd/token"}}, {Name: "b", Inject: &policy.Inject{File: "/etc/egressd/token"}}},
+		UpstreamProxy: &policy.UpstreamProxy{Addr: "198.51.100.1:8080", AuthFile: "/etc/egressd/proxy-auth"}}
+	got := hiddenPaths(Config{Policy: p, StateDir: "/var/lib/egressd/", LogFile: "run.log"})
+	want := []string{"/etc/egressd/token", "/etc/egressd/proxy-auth", "/var/lib/egressd"}
+	if !slices.Equal(got, want) {
+		t.Errorf("hidden %v, want %v", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/egressd/egressd/policy"
@@ -25,7 +26,9 @@ func (h *logHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
-	quiet := r.Message == "decision" || r.Message == "dns query"
+	// traffic lines go to the run log only: decisions, DNS queries and the
+	// DNS filter's count of the query lines it held back
+	quiet := r.Message == "decision" || r.Message == "dns query" || r.Message == "dns queries not logged"
 	if r.Message == "decision" {
 		h.sum.add(r)
 	}
@@ -52,12 +55,17 @@ type summary struct {
 	held    int // probes running: their requests are not CMD's
 	allowed int
 	denied  map[[2]string]int // host, reason → count
+	// npmAudit counts refused `npm audit` POSTs: refused by design, so
+	// the summary says why and how to stop them.
+	npmAudit int
 }
 
 func (s *summary) add(r slog.Record) {
-	var decision, host, reason, method, detail string
+	var decision, host, reason, method, detail, identity string
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
+		case "identity":
+			identity = a.Value.String()
 		case "method":
 			method = a.Value.String()
 		case "detail":
@@ -73,8 +81,8 @@ func (s *summary) add(r slog.Record) {
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.held > 0 || method == "CONNECT" && detail == "tunnel inspected" {
-		return // a probe's; or a tunnel whose requests are counted one by one
+	if s.held > 0 || policy.IsProbeIdentity(identity) || method == "CONNECT" && detail == "tunnel inspected" {
+		return // a probe's (while it runs, or labelled so); or a tunnel whose requests are counted one by one
 	}
 	switch decision {
 	case "allow":
@@ -84,6 +92,9 @@ func (s *summary) add(r slog.Record) {
 			s.denied = map[[2]string]int{}
 		}
 		s.denied[[2]string{host, reason}]++
+		if reason == "mirror" && strings.HasPrefix(detail, "npm audit") {
+			s.npmAudit++
+		}
 	}
 }
 
@@ -124,6 +135,9 @@ func (s *summary) write(w io.Writer, logFile string) {
 	}
 	if honey > 0 {
 		fmt.Fprintf(w, "  %d request(s) carried a honeytoken egressd planted in the sandbox: an exfiltration attempt, whatever the rules allow; treat it as an incident\n", honey)
+	}
+	if s.npmAudit > 0 {
+		fmt.Fprintf(w, "  npm audit was refused (%d): it uploads the whole dependency tree to the registry, which a download-only mirror never allows; turn it off with audit=false in .npmrc (or npm_config_audit=false, or --no-audit)\n", s.npmAudit)
 	}
 	if n > honey {
 		fmt.Fprintln(w, "  to allow a host, add it to an allow rule in the config (`egressd check --config FILE URL` explains a decision)")

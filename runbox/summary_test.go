@@ -2,6 +2,7 @@ package runbox
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -23,6 +24,8 @@ func TestLogHandler(t *testing.T) {
 	log.Warn("decision", "method", "POST", "host", "b.test", "decision", "deny", "reason", "mirror")
 	log.Warn("dns query", "qname", "c.test.", "result", "nxdomain")
 	sum.hold(func() { log.Warn("decision", "host", "probe.test", "decision", "deny", "reason", "no-rule") })
+	// a probe's line logged after its hold (a tunnel's close): its identity says whose it is
+	log.Warn("decision", "identity", "egressd-selftest", "host", "probe.test", "decision", "deny", "reason", "no-rule")
 	log.Warn("walls drifted")
 	if strings.Contains(term.String(), "decision") || strings.Contains(term.String(), "dns query") {
 		t.Errorf("decision or DNS lines on the terminal:\n%s", term.String())
@@ -30,8 +33,8 @@ func TestLogHandler(t *testing.T) {
 	if !strings.Contains(term.String(), "walls drifted") {
 		t.Errorf("egressd's own warning missing from the terminal:\n%s", term.String())
 	}
-	if n := strings.Count(file.String(), "\n"); n != 7 {
-		t.Errorf("log file has %d lines, want 7:\n%s", n, file.String())
+	if n := strings.Count(file.String(), "\n"); n != 8 {
+		t.Errorf("log file has %d lines, want 8:\n%s", n, file.String())
 	}
 	sum.write(&out, "/x/run.log")
 	want := "egressd run: 1 requests allowed, 2 denied (every decision: /x/run.log)\n  denied b.test: mirror (2)\n"
@@ -57,7 +60,7 @@ func TestEnv(t *testing.T) {
 		has, lacks []string
 		suspicious []string
 	}{
-		{"default", false, nil, []string{"FOO=bar", "MY_API_TOKEN=s", "NO_PROXY=localhost,127.0.0.1,::1", "HTTP_PROXY=http://10.0.0.1:3128", "NODE_USE_ENV_PROXY=1", "CARGO_HTTP_CAINFO=/b"}, []string{"HTTP_PROXY=http://evil:1", "NO_PROXY=*"}, []string{"MY_API_TOKEN", "GITHUB_PAT"}},
+		{"default", false, nil, []string{"FOO=bar", "MY_API_TOKEN=s", "NO_PROXY=" + noProxy, "HTTP_PROXY=http://10.0.0.1:3128", "NODE_USE_ENV_PROXY=1", "CARGO_HTTP_CAINFO=/b"}, []string{"HTTP_PROXY=http://evil:1", "NO_PROXY=*"}, []string{"MY_API_TOKEN", "GITHUB_PAT"}},
 		{"kept credential is not warned about", false, []string{"MY_API_TOKEN"}, []string{"MY_API_TOKEN=s"}, nil, []string{"GITHUB_PAT"}},
 		{"clean", true, nil, []string{"PATH=/bin", "HOME=/h", "SSL_CERT_FILE=/b"}, []string{"FOO=bar", "MY_API_TOKEN=s", "GITHUB_PAT=p"}, nil},
 		{"clean with --env", true, []string{"FOO"}, []string{"FOO=bar"}, []string{"MY_API_TOKEN=s"}, nil},
@@ -104,6 +107,24 @@ func TestEnvJavaTrustStore(t *testing.T) {
 		want := "-Djavax.net.ssl.trustStore=" + tt.store + " -Djavax.net.ssl.trustStoreType=JKS -Djavax.net.ssl.trustStorePassword=" + TrustStorePassword
 		if got := strings.Contains(opts, "trustStore"); got != tt.want || tt.want && !strings.Contains(opts, want) {
 			t.Errorf("%q: JAVA_TOOL_OPTIONS=%s", tt.store, opts)
+		}
+	}
+}
+
+// TestSummaryNPMAudit (issue 23): a refused npm audit is named in the
+// summary, with why and how to turn it off.
+func TestSummaryNPMAudit(t *testing.T) {
+	for _, tc := range []struct {
+		detail string
+		want   bool
+	}{{"npm audit: /-/npm/v1/security/", true}, {"npm publish: PUT /<pkg>", false}} {
+		var out bytes.Buffer
+		sum := &summary{}
+		log := slog.New(&logHandler{file: slog.NewJSONHandler(io.Discard, nil), term: slog.DiscardHandler, sum: sum})
+		log.Warn("decision", "method", "POST", "host", "registry.example", "decision", "deny", "reason", "mirror", "detail", tc.detail)
+		sum.write(&out, "/x/run.log")
+		if got := strings.Contains(out.String(), "audit=false"); got != tc.want {
+			t.Errorf("%s: summary mentions audit=false: %v, want %v\n%s", tc.detail, got, tc.want, out.String())
 		}
 	}
 }

@@ -36,7 +36,19 @@ func NSExecCommand(self, nsPath, resolvConf string, argv []string) *exec.Cmd {
 // no_new_privs, so set-uid binaries cannot regain the privileges needed to
 // leave it. A nil cred keeps the caller's credentials.
 func NSExecCommandAs(self, nsPath, resolvConf string, cred *syscall.Credential, argv []string) *exec.Cmd {
+	return NSExecCommandHiding(self, nsPath, resolvConf, cred, nil, argv)
+}
+
+// NSExecCommandHiding is [NSExecCommandAs] whose command's mount namespace
+// also hides the absolute paths in hide (egressd's secrets and state): an
+// empty read-only tmpfs over a directory, /dev/null read-only over a file
+// (a symlink hides what it resolves to). A path that does not exist is
+// skipped.
+func NSExecCommandHiding(self, nsPath, resolvConf string, cred *syscall.Credential, hide []string, argv []string) *exec.Cmd {
 	args := []string{NSExecArg}
+	for _, h := range hide {
+		args = append(args, "--hide="+h)
+	}
 	if cred != nil {
 		gs := make([]string, len(cred.Groups))
 		for i, g := range cred.Groups {
@@ -59,12 +71,13 @@ func NSExecCommandAs(self, nsPath, resolvConf string, cred *syscall.Credential, 
 // returns only on error; it refuses to exec in the namespace it was started
 // in or in the root network namespace.
 func NSExecMain(args []string) error {
+	hide, args := hideFlags(args)
 	cred, rest, err := parseNSExecFlags(args)
 	if err != nil {
 		return fmt.Errorf("sandbox: nsexec: %w", err)
 	}
 	if len(rest) < 4 || rest[2] != "--" || rest[0] == "" {
-		return fmt.Errorf("sandbox: nsexec: usage: %s [--uid=N --gid=N --groups=G,...] NSPATH RESOLVCONF -- CMD [ARGS...]", NSExecArg)
+		return fmt.Errorf("sandbox: nsexec: usage: %s [--hide=PATH]... [--uid=N --gid=N --groups=G,...] NSPATH RESOLVCONF -- CMD [ARGS...]", NSExecArg)
 	}
 	nsPath, resolvConf, argv := rest[0], rest[1], rest[3:]
 
@@ -73,6 +86,9 @@ func NSExecMain(args []string) error {
 	runtime.LockOSThread()
 	if err := privateMounts(resolvConf); err != nil {
 		return err
+	}
+	if err := hidePaths(hide); err != nil {
+		return fmt.Errorf("sandbox: nsexec: %w", err)
 	}
 	if err := enterNetNS(nsPath); err != nil {
 		return err

@@ -44,7 +44,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "cleanup of stale test namespaces: deleted %v, err %v\n", gone, err)
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testnet.ReportRootTests("sandbox")
+	os.Exit(code)
 }
 
 var nameSeq struct {

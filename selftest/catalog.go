@@ -38,6 +38,10 @@ func errored(result, detail string) outcome {
 	return outcome{status: Error, result: result, detail: detail}
 }
 
+func untestable(result, detail string) outcome {
+	return outcome{status: Untestable, result: result, detail: detail}
+}
+
 func notRun(detail string) outcome { return outcome{status: NotRun, result: "not run", detail: detail} }
 
 // Expectations, as the report's Expected column states them.

@@ -50,12 +50,15 @@ const refusedByTarget = "a reset or port-unreachable came back: the packet reach
 // tcp connects directly; a connection or a reset is a leak.
 func (r *runner) tcp(ctx context.Context, ap netip.AddrPort) outcome {
 	c, err := r.c.Dial(ctx, "tcp", ap.String())
-	if err == nil && slices.Contains(r.c.Redirected, ap.Port()) {
+	if err == nil && r.redirectedTo(ap) {
 		defer c.Close()
 		return redirected(ctx, c, ap)
 	}
 	if err == nil {
 		c.Close()
+		if slices.Contains(r.c.Redirected, ap.Port()) {
+			return leak("connected", fmt.Sprintf("a direct TCP connection to %s succeeded: the walls let it out, or intercepted a destination no rule could allow (to any probe a user writes, that is a way out)", ap))
+		}
 		return leak("connected", fmt.Sprintf("a direct TCP connection to %s succeeded: the walls let it out", ap))
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
@@ -252,4 +255,11 @@ func redirected(ctx context.Context, c net.Conn, ap netip.AddrPort) outcome {
 		return pass(fmt.Sprintf("redirected to egressd, refused %d %s", resp.StatusCode, resp.Header.Get("X-Egressd-Deny")))
 	}
 	return leak(fmt.Sprintf("HTTP %d", resp.StatusCode), fmt.Sprintf("a direct HTTP request to %s was answered without egressd's refusal: the target answered", ap))
+}
+
+// redirectedTo says whether the walls redirect a direct connection to ap to
+// egressd: a Redirected port and a RedirectedTo destination.
+func (r *runner) redirectedTo(ap netip.AddrPort) bool {
+	return slices.Contains(r.c.Redirected, ap.Port()) &&
+		slices.ContainsFunc(r.c.RedirectedTo, func(p netip.Prefix) bool { return p.Contains(ap.Addr().Unmap()) })
 }

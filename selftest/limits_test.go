@@ -150,3 +150,61 @@ type readerConn struct {
 }
 
 func (c *readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// TestSilentTunnelAsked: against egressd with its real 5 s ClientHello
+// deadline, the silent-tunnel probe asks for 250 ms on its own tunnel,
+// sees it hold and is done well under a second; a proxy that says it
+// applies the short deadline and then keeps the tunnel open is a leak,
+// judged at the deadline it claimed.
+func TestSilentTunnelAsked(t *testing.T) {
+	mitm, err := ca.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := listen(t)
+	go http.Serve(origin, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin") }))
+	probe := func(proxyAddr string) Result {
+		var d net.Dialer
+		rep, err := Run(t.Context(), Config{Proxy: netip.MustParseAddrPort(proxyAddr), Dial: d.DialContext,
+			SilentHost: origin.Addr().String(), SilentDeadline: proxy.HelloTimeout, SilentAsk: 250 * time.Millisecond})
+		if err != nil || len(rep.Results) != 1 {
+			t.Fatalf("run: %v %+v", err, rep)
+		}
+		return rep.Results[0]
+	}
+	t.Run("egressd", func(t *testing.T) {
+		pol, err := policy.Parse(strings.NewReader(limitsConfig), "t.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		px := proxy.New(pol, proxy.Config{CA: mitm})
+		pl := listen(t)
+		go px.Serve(pl)
+		t.Cleanup(func() { px.Shutdown(context.Background()) })
+		r := probe(pl.Addr().String())
+		if r.Status != Pass || r.Duration > 2*time.Second {
+			t.Errorf("%s: %s %s (%s) in %v, want pass in well under HelloTimeout", r.ID, r.Status, r.Result, r.Detail, r.Duration)
+		}
+	})
+	t.Run("says so, does not cut", func(t *testing.T) {
+		pl := listen(t)
+		go func() {
+			for {
+				c, err := pl.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					http.ReadRequest(bufio.NewReader(c))
+					fmt.Fprintf(c, "HTTP/1.1 200 Connection established\r\n%s: 250ms\r\n\r\n", helloDeadlineHeader)
+					io.Copy(io.Discard, c) // holds the tunnel until the probe leaves
+				}()
+			}
+		}()
+		r := probe(pl.Addr().String())
+		if r.Status != Leak || r.Duration > 3*time.Second {
+			t.Errorf("%s: %s %s (%s) in %v, want a leak judged at the claimed deadline", r.ID, r.Status, r.Result, r.Detail, r.Duration)
+		}
+	})
+}

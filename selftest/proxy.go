@@ -41,7 +41,19 @@ type response struct {
 	deny   string // X-Egressd-Deny
 	body   string
 	stage  string // "connect" when the proxy answered the CONNECT itself
+	// hello is the ClientHello deadline egressd says it applies to the
+	// tunnel (helloDeadlineHeader on its 200), "" if it did not say.
+	hello string
 }
+
+// helloDeadlineHeader asks egressd for a shorter ClientHello deadline on
+// one tunnel, and carries the one it applies on its 200 (proxy's
+// HelloDeadlineHeader).
+const helloDeadlineHeader = "X-Egressd-Hello-Deadline"
+
+// dialDeadlineHeader bounds how long egressd resolves and dials a
+// CONNECT's target before it answers (proxy's DialDeadlineHeader).
+const dialDeadlineHeader = "X-Egressd-Dial-Deadline"
 
 // proxyDialError: the proxy itself could not be reached, so nothing
 // behind it was tested.
@@ -64,7 +76,7 @@ func readResponse(br *bufio.Reader, req *http.Request) (*response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read response: %w", err)
 	}
-	out := &response{status: resp.StatusCode, deny: resp.Header.Get(denyHeader)}
+	out := &response{status: resp.StatusCode, deny: resp.Header.Get(denyHeader), hello: resp.Header.Get(helloDeadlineHeader)}
 	if req != nil && req.Method == http.MethodConnect && resp.StatusCode == http.StatusOK {
 		// The tunnel follows: the "body" is the rest of the connection,
 		// and closing it would read the tunnel to its end.
@@ -93,12 +105,29 @@ func (r *runner) raw(ctx context.Context, head string) (*response, error) {
 // connect opens a tunnel to hostport through the proxy. resp is the
 // proxy's answer; conn and br are usable only when it is 200.
 func (r *runner) connect(ctx context.Context, hostport string) (resp *response, conn net.Conn, br *bufio.Reader, done func(), err error) {
+	return r.connectWith(ctx, hostport, nil)
+}
+
+// connectWith is connect with extra CONNECT headers.
+func (r *runner) connectWith(ctx context.Context, hostport string, extra http.Header) (resp *response, conn net.Conn, br *bufio.Reader, done func(), err error) {
 	c, done, err := r.proxyConn(ctx)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: hostport}, Host: hostport,
 		Header: http.Header{"User-Agent": {r.userAgent()}}}
+	for k, v := range extra {
+		req.Header[k] = v
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		// egressd answers within three quarters of the probe's time, at
+		// most of Config.Timeout (504 upstream-timeout if its resolver or
+		// the upstream is slower), so an outage reads as untestable, not
+		// as no answer, and costs no probe more than a blocked one
+		if left := min(time.Until(dl), r.c.Timeout) * 3 / 4; left > 0 {
+			req.Header.Set(dialDeadlineHeader, left.Round(time.Millisecond).String())
+		}
+	}
 	setProxyUser(ctx, req.Header)
 	if err := req.Write(c); err != nil {
 		done()
@@ -228,6 +257,40 @@ func proxyErr(err error) outcome {
 	return errored("proxy error", err.Error())
 }
 
+// upstreamDown says whether egressd answered a CONNECT itself with its
+// 502/504 for an upstream that did not resolve or answer: the tunnel was
+// allowed and never opened, so nothing inside it was sent or decided.
+func upstreamDown(resp *response) bool {
+	return resp.stage == "connect" && (resp.status == http.StatusBadGateway || resp.status == http.StatusGatewayTimeout) &&
+		(resp.deny == "upstream-unreachable" || resp.deny == "upstream-timeout")
+}
+
+// untestableLive is the outcome of a probe whose tunnel an upstream
+// outage kept closed; why says what is decided instead.
+func untestableLive(resp *response, why string) outcome {
+	return untestable(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny), "untestable live: upstream unreachable; "+why)
+}
+
+// neverAllows says whether egressd refused a tunnel the policy allows by
+// name because of where the name resolves (a special-use or high-risk
+// answer, with no cidrs unlocking it): the rule can never allow anything
+// there, so nothing inside the tunnel is reached, nor can it be.
+func neverAllows(resp *response) bool {
+	return resp.stage == "connect" && resp.status == http.StatusForbidden && (resp.deny == "special-address" || resp.deny == "high-risk")
+}
+
+// untestableNever is the outcome of a probe whose tunnel egressd refuses
+// because the rule can never allow: its detail carries egressd's refusal
+// (the rule, the host, the address and its class).
+func untestableNever(resp *response, why string) outcome {
+	return untestable(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny),
+		fmt.Sprintf("untestable live: the rule can never allow (%s); %s", strings.TrimSpace(clip(resp.body, 300)), why))
+}
+
+// policyDenies is the untestable detail of a request the policy refuses
+// offline (Request.InTunnel).
+const policyDenies = "the policy denies it"
+
 func (r *runner) refusedRequest(ctx context.Context, q Request, want string) outcome {
 	if q.ProxyUser != "" {
 		ctx = context.WithValue(ctx, proxyUserKey{}, q.ProxyUser)
@@ -236,7 +299,32 @@ func (r *runner) refusedRequest(ctx context.Context, q Request, want string) out
 	if err != nil {
 		return proxyErr(err)
 	}
+	switch {
+	case q.InTunnel && upstreamDown(resp):
+		return untestableLive(resp, policyDenies)
+	case q.InTunnel && neverAllows(resp):
+		return untestableNever(resp, policyDenies)
+	}
 	return refusal(resp, want)
+}
+
+// tunnelNotOpened judges a CONNECT a checkpoint probe needed that did not
+// get its 200; what names the check the tunnel was meant to reach and
+// need the target the probe needs. An upstream outage is untestable, as
+// for the write probes; not-ready and limits are errors; any other
+// refusal means the probe's target is not an allowed tunnel.
+func tunnelNotOpened(resp *response, what, need string) outcome {
+	switch notOpened := "no tunnel was opened, so " + what + " was not exercised (nothing passed egressd)"; {
+	case upstreamDown(resp):
+		return untestableLive(resp, notOpened)
+	case neverAllows(resp):
+		return untestableNever(resp, notOpened)
+	}
+	if o := refusal(resp, ""); o.status == Error {
+		return o // not ready, or limited
+	}
+	return errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny),
+		"the proxy refused the tunnel itself, so "+what+" was not reached: selftest needs "+need+" here")
 }
 
 // canaryRequest is the canary URL with the run's token in the query.
@@ -322,11 +410,7 @@ func (r *runner) sniMismatch(ctx context.Context) outcome {
 	}
 	defer done()
 	if resp.status != http.StatusOK {
-		if o := refusal(resp, ""); o.status == Error {
-			return o // not ready, or limited
-		}
-		return errored(fmt.Sprintf("CONNECT %d %s", resp.status, resp.deny),
-			"the proxy refused the tunnel itself, so the SNI check was not reached: selftest needs a host-only allowed host:port here")
+		return tunnelNotOpened(resp, "the SNI check", "a host-only allowed host:port")
 	}
 	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: r.c.SNIName, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
 	err = tc.HandshakeContext(ctx)

@@ -51,3 +51,50 @@ func TestRedirected(t *testing.T) {
 		})
 	}
 }
+
+// TestRedirectedOnlyAllowable: on a Redirected port, a direct connection
+// to a destination the walls redirect (RedirectedTo) is judged by what
+// egressd answers over it; one to any other destination that completes is
+// a leak: interception where no decision is possible looks open to any
+// probe a user writes (egressd used to redirect every destination).
+func TestRedirectedOnlyAllowable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				http.ReadRequest(bufio.NewReader(c))
+				c.Write([]byte("HTTP/1.1 403 Forbidden\r\nX-Egressd-Deny: no-rule\r\nContent-Length: 0\r\n\r\n"))
+				c.Close()
+			}()
+		}
+	}()
+	ap := netip.MustParseAddrPort(l.Addr().String())
+	var d net.Dialer
+	for _, tt := range []struct {
+		name string
+		to   []netip.Prefix
+		want Status
+	}{
+		{"a destination the policy could allow", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Pass},
+		{"one no rule could allow", nil, Leak},
+		{"another rule's cidrs", []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, Leak},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := Run(context.Background(), Config{Dial: d.DialContext, TCP: []netip.AddrPort{ap}, Redirected: []uint16{ap.Port()}, RedirectedTo: tt.to, Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := rep.Results[0]; r.Status != tt.want {
+				t.Errorf("got %s (%s: %s), want %s", r.Status, r.Result, r.Detail, tt.want)
+			}
+		})
+	}
+}

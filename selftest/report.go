@@ -28,6 +28,14 @@ const (
 	// Error: the probe could not tell (its own socket failed, the proxy
 	// did not answer).
 	Error Status = "error"
+	// Untestable: the probe could not be carried out live because the
+	// upstream it needs did not resolve or answer (egressd answered a
+	// tunnel the policy allows with 502/504 upstream-*), so nothing got
+	// past egressd; what the probe asks is decided by the policy offline
+	// (a write probe carries the refusal the policy gives it). Not a
+	// leak, and no reason to withhold readiness: an outage of one allowed
+	// host takes nothing down.
+	Untestable Status = "untestable"
 )
 
 // Outcomes of a whole run, as Report.Outcome returns them.
@@ -77,7 +85,9 @@ func (r *Report) Sealed() bool { return r.Outcome() == OutcomeSealed }
 
 // Outcome is OutcomeLeak if any probe leaked, else OutcomeControlFailed if
 // a positive control failed, else OutcomeIncomplete if any probe did not
-// run or could not tell, else OutcomeSealed. An empty run is incomplete.
+// run or could not tell, else OutcomeSealed. Untestable probes (an
+// upstream outage: nothing got past egressd, the policy decides them
+// offline) leave a sealed run sealed. An empty run is incomplete.
 func (r *Report) Outcome() string {
 	out := OutcomeSealed
 	if len(r.Results) == 0 {
@@ -102,6 +112,40 @@ func (r *Report) Outcome() string {
 
 // Leaks returns the results with status Leak.
 func (r *Report) Leaks() []Result { return r.with(Leak) }
+
+// Leaked reports whether any probe found evidence that something got past
+// the policy or the walls: the one predicate that tells a leak from an
+// outage (a failed positive control, an untestable probe, a probe that
+// could not tell are none).
+func (r *Report) Leaked() bool { return len(r.Leaks()) > 0 }
+
+// Untestables returns the probes that could not be carried out live
+// (status Untestable: an upstream outage, or a rule that can never allow).
+func (r *Report) Untestables() []Result { return r.with(Untestable) }
+
+// UntestableLines are the untestable probes as warnings, one line per
+// distinct cause: "untestable live: <cause>: id, id and N more".
+func (r *Report) UntestableLines() []string {
+	var causes []string
+	ids := map[string][]string{}
+	for _, res := range r.Untestables() {
+		cause, _, _ := strings.Cut(res.Detail, "; ")
+		if ids[cause] == nil {
+			causes = append(causes, cause)
+		}
+		ids[cause] = append(ids[cause], res.ID)
+	}
+	out := make([]string, len(causes))
+	for i, c := range causes {
+		who := ids[c]
+		list := strings.Join(who, ", ")
+		if len(who) > 3 {
+			list = fmt.Sprintf("%s and %d more", strings.Join(who[:2], ", "), len(who)-2)
+		}
+		out[i] = c + ": " + list
+	}
+	return out
+}
 
 // ControlsFailed returns the positive controls that failed.
 func (r *Report) ControlsFailed() []Result { return r.with(Failed) }
@@ -130,8 +174,12 @@ func (r *Report) Summary() string {
 	for _, res := range r.Results {
 		n[res.Status]++
 	}
-	return fmt.Sprintf("%s: %d probes, %d passed, %d leaked, %d controls failed, %d not run, %d errors, in %v",
-		r.Outcome(), len(r.Results), n[Pass], n[Leak], n[Failed], n[NotRun], n[Error], r.Duration.Round(time.Millisecond))
+	untestable := ""
+	if n[Untestable] > 0 {
+		untestable = fmt.Sprintf(", %d untestable live (upstream unreachable; decided by the policy offline)", n[Untestable])
+	}
+	return fmt.Sprintf("%s: %d probes, %d passed, %d leaked, %d controls failed, %d not run, %d errors%s, in %v",
+		r.Outcome(), len(r.Results), n[Pass], n[Leak], n[Failed], n[NotRun], n[Error], untestable, r.Duration.Round(time.Millisecond))
 }
 
 // WriteTable prints the report as an aligned table (probe, route, target,
@@ -205,9 +253,11 @@ type jsonReport struct {
 	Leaks      int       `json:"leaks"`
 	NotRun     int       `json:"not_run"`
 	// ControlsFailed counts failed positive controls (not leaks).
-	ControlsFailed int          `json:"controls_failed"`
-	Results        []Result     `json:"results"`
-	Credentials    []Credential `json:"credentials,omitempty"`
+	ControlsFailed int `json:"controls_failed"`
+	// Untestable counts the probes an upstream outage left untested live.
+	Untestable  int          `json:"untestable,omitempty"`
+	Results     []Result     `json:"results"`
+	Credentials []Credential `json:"credentials,omitempty"`
 }
 
 // MarshalJSON adds outcome, sealed and counts to the results.
@@ -217,6 +267,7 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 	j.Leaks = len(r.Leaks())
 	j.ControlsFailed = len(r.ControlsFailed())
 	j.NotRun = len(r.Unfinished())
+	j.Untestable = len(r.Untestables())
 	j.Credentials = r.Credentials
 	return json.Marshal(j)
 }
@@ -250,7 +301,7 @@ func (r *Report) Clean() {
 			*f = cleanText(*f)
 		}
 		switch x.Status {
-		case Pass, Leak, Failed, Error, NotRun:
+		case Pass, Leak, Failed, Error, NotRun, Untestable:
 		default:
 			x.Status = Error
 		}

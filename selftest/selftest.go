@@ -58,6 +58,13 @@ type Config struct {
 	// 80 gets X-Egressd-Deny; a TLS handshake without SNI to 443 fails),
 	// and leaks when the target answers.
 	Redirected []uint16
+	// RedirectedTo are the destinations the walls redirect on the
+	// Redirected ports: only those the policy could allow (egressd: its
+	// rules' cidrs; DNS answers for allowed names are no probe target). A
+	// direct connection to any other destination that completes is a leak
+	// even on a Redirected port: interception where no decision is
+	// possible looks open to every probe a user writes.
+	RedirectedTo []netip.Prefix
 	// TCP targets must not accept a direct connection (any public address
 	// and port: 443, 53, 80, 22, 25, high ports).
 	TCP []netip.AddrPort
@@ -129,6 +136,11 @@ type Config struct {
 	// SilentDeadline (its handshake deadline). Either zero: skipped.
 	SilentHost     string
 	SilentDeadline time.Duration
+	// SilentAsk, if set, is the shorter deadline the silent-tunnel probe
+	// asks egressd for on its tunnel (X-Egressd-Hello-Deadline): when
+	// egressd's 200 says it applies, the probe holds the tunnel to it and
+	// takes a fraction of a second, not SilentDeadline.
+	SilentAsk time.Duration
 	// Refused are requests the policy refuses (publish and upload on each
 	// mirror rule, login, upload and posting on each page-type rule): each
 	// must get egressd's refusal.
@@ -197,6 +209,14 @@ type Request struct {
 	Header map[string]string
 	// Reason, if set, is the X-Egressd-Deny value the refusal must carry.
 	Reason string
+	// InTunnel: the policy allows the tunnel (the CONNECT to the URL's
+	// host) and refuses only this request inside it, with Reason; set by
+	// whoever decided that offline (selftest/plan). A CONNECT that egressd
+	// answers 502/504 upstream-* then leaves the request untested live,
+	// not leaked: it is reported Untestable ("the policy denies it").
+	// Unset, such a 502 is a leak: the proxy tried to reach a target it
+	// must refuse.
+	InTunnel bool
 	// ProxyUser, if set, is the Proxy-Authorization user the probe sends:
 	// it speaks for that identity (a rule of another identity must refuse
 	// it).

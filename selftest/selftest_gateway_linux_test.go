@@ -47,7 +47,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testnet.ReportRootTests("selftest")
+	os.Exit(code)
 }
 
 // gatewayMain runs in the child: proxy and DNS filter on the listen

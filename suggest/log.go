@@ -13,6 +13,7 @@ import (
 	"io"
 
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/policy"
 )
 
 // Entry is one decision line of the proxy's JSON log (what egressd serve
@@ -48,4 +49,19 @@ func who(e *Entry) string {
 		return e.View
 	}
 	return e.Identity
+}
+
+// WithoutProbes returns entries without egressd's own probe traffic (the
+// self-test's, an in-sandbox probe's: policy.IsProbeIdentity) and how many
+// lines it dropped. Learning from them would propose rules for the
+// canary, whose allowing turns the canary probe into a real leak, and
+// count refusals no agent met.
+func WithoutProbes(entries []Entry) ([]Entry, int) {
+	out := entries[:0:0]
+	for _, e := range entries {
+		if !policy.IsProbeIdentity(e.Identity) {
+			out = append(out, e)
+		}
+	}
+	return out, len(entries) - len(out)
 }

@@ -137,12 +137,18 @@ func writeRule(w io.Writer, g *group, o Options) {
 		ports[i] = fmt.Sprint(p)
 	}
 	fmt.Fprintf(w, "    ports: [%s]\n", strings.Join(ports, ", "))
-	if m, others := recognise(g.requests); m != policy.MirrorNone {
+	if m, base, others := recogniseBase(g.requests); m != policy.MirrorNone {
 		fmt.Fprintf(w, "    mirror: %s   # all %d requests fit the %s download grammar", m, len(g.requests), m)
+		if base != "" {
+			fmt.Fprint(w, " under base_path")
+		}
 		if len(others) > 0 {
 			fmt.Fprintf(w, " (also: %s)", strings.Join(others, ", "))
 		}
 		fmt.Fprintln(w)
+		if base != "" {
+			fmt.Fprintf(w, "    base_path: %s   # the repository's prefix: other paths on this host stay denied\n", base)
+		}
 		return
 	}
 	if len(g.requests) == 0 {
@@ -161,11 +167,106 @@ func writeRule(w io.Writer, g *group, o Options) {
 		fmt.Fprintf(w, "    # REVIEW: write pages seen (%s): an agent could send data out through them\n", strings.Join(writes, ", "))
 	}
 	fmt.Fprintf(w, "    methods: [%s]\n", strings.Join(keys(g.methods), ", "))
+	fmt.Fprintf(w, "    # no mirror grammar fits these paths, at the root or under a prefix\n")
+}
+
+// recogniseBase finds the mirror, and the base_path when one is needed,
+// that accepts every request seen: first under a repository manager's
+// prefix (layoutDepth), then at the root, then under the shortest common
+// prefix that fits.
+func recogniseBase(reqs []policy.Request) (m policy.Mirror, base string, others []string) {
+	common := commonSegments(reqs)
+	if k := layoutDepth(common); k > 0 {
+		base = "/" + strings.Join(common[:k], "/")
+		if m, others = recognise(reqs, base); m != policy.MirrorNone {
+			return m, base, others
+		}
+	}
+	if m, others = recognise(reqs, ""); m != policy.MirrorNone {
+		return m, "", others
+	}
+	for k := 1; k <= len(common); k++ {
+		base = "/" + strings.Join(common[:k], "/")
+		if policy.BasePathOK(base) != "" {
+			break
+		}
+		if m, others = recognise(reqs, base); m != policy.MirrorNone {
+			return m, base, others
+		}
+	}
+	return policy.MirrorNone, "", nil
+}
+
+// maxBaseSegs bounds the prefixes tried: real repository prefixes have at
+// most seven segments (GitLab's group level).
+const maxBaseSegs = 8
+
+// commonSegments returns the leading path segments every request shares,
+// without the last segment of any (a prefix is a directory), at most
+// maxBaseSegs; none when a segment holds an escape or is empty.
+func commonSegments(reqs []policy.Request) []string {
+	var common []string
+	for i, r := range reqs {
+		segs := strings.Split(strings.TrimPrefix(r.Path, "/"), "/")
+		segs = segs[:max(len(segs)-1, 0)]
+		if i == 0 {
+			common = segs[:min(len(segs), maxBaseSegs)]
+			continue
+		}
+		n := 0
+		for n < len(common) && n < len(segs) && common[n] == segs[n] {
+			n++
+		}
+		common = common[:n]
+	}
+	for i, s := range common {
+		if s == "" || strings.ContainsAny(s, "%;") {
+			return common[:i]
+		}
+	}
+	return common
+}
+
+// layouts are the repository prefixes of repository managers, segment by
+// segment ("*": any one segment): Artifactory, Nexus, GitLab (project,
+// group and instance level) and devpi (an index before +simple or +f).
+var layouts = [][]string{
+	{"artifactory", "api", "*", "*"},
+	{"api", "v4", "projects", "*", "packages", "*"},
+	{"api", "v4", "groups", "*", "-", "packages", "*"},
+	{"api", "v4", "packages", "*"},
+	{"artifactory", "*"},
+	{"repository", "*"},
+	{"*", "*", "+simple"},
+	{"*", "*", "+f"},
+}
+
+// layoutDepth is how many of the leading segments s name one repository
+// on a repository manager, or 0.
+func layoutDepth(s []string) int {
+	for _, l := range layouts {
+		if len(s) < len(l) {
+			continue
+		}
+		ok := true
+		for i, x := range l {
+			ok = ok && (x == "*" || s[i] == x)
+		}
+		if !ok {
+			continue
+		}
+		if x := l[len(l)-1]; x[0] == '+' {
+			return len(l) - 1 // devpi: the index, not its +simple
+		}
+		return len(l)
+	}
+	return 0
 }
 
 // recognise returns the first mirror whose download grammar accepts every
-// request seen (none: MirrorNone), and the other mirrors that also do.
-func recognise(reqs []policy.Request) (policy.Mirror, []string) {
+// request seen under base ("": at the root) (none: MirrorNone), and the
+// other mirrors that also do.
+func recognise(reqs []policy.Request, base string) (policy.Mirror, []string) {
 	if len(reqs) == 0 {
 		return policy.MirrorNone, nil
 	}
@@ -177,7 +278,7 @@ func recognise(reqs []policy.Request) (policy.Mirror, []string) {
 		}
 		ok := true
 		for i := range reqs {
-			if !policy.CheckMirror(m, &reqs[i], nil).Allow {
+			if !policy.CheckMirror(m, &reqs[i], &policy.MirrorOptions{BasePath: base}).Allow {
 				ok = false
 				break
 			}

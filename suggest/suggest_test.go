@@ -3,6 +3,7 @@ package suggest
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -117,4 +118,52 @@ func FuzzRead(f *testing.F) {
 		p, _ := policy.Parse(strings.NewReader("version: 1\n"), "x")
 		Replay(p, entries)
 	})
+}
+
+// TestSuggestBasePath (issue 23): a repository manager's paths fit an
+// ecosystem under a prefix: suggest proposes the mirror with its
+// base_path (the product's repository prefix, not a deeper one), and says
+// so when the paths fit no grammar at the root or under any prefix.
+func TestSuggestBasePath(t *testing.T) {
+	const hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab"
+	log := strings.Join([]string{
+		line("", "GET", "art.example", 443, "/artifactory/api/pypi/pypi-remote/simple/requests/", "read", "", "deny", "no-rule", false),
+		line("", "GET", "art.example", 443, "/artifactory/api/pypi/pypi-remote/packages/packages/ab/cd/"+hash+"/requests-2.32.0-py3-none-any.whl", "download", "", "deny", "no-rule", false),
+		line("", "GET", "nexus.example", 443, "/repository/maven-central/org/slf4j/slf4j-api/2.0.9/slf4j-api-2.0.9.jar", "download", "", "deny", "no-rule", false),
+		line("", "GET", "nexus.example", 443, "/repository/maven-central/org/slf4j/slf4j-api/maven-metadata.xml", "download", "", "deny", "no-rule", false),
+		line("", "GET", "devpi.example", 443, "/root/pypi/+simple/requests/", "read", "", "deny", "no-rule", false),
+		line("", "GET", "devpi.example", 443, "/root/pypi/+f/0ab/0123456789abc/requests-2.32.0-py3-none-any.whl", "download", "", "deny", "no-rule", false),
+		line("", "GET", "gl.example", 443, "/api/v4/groups/7/-/packages/npm/@acme%2flib", "read", "", "deny", "no-rule", false),
+		line("", "GET", "app.example", 443, "/dashboard/settings?tab=1", "read", "", "deny", "no-rule", false),
+	}, "\n") + "\n"
+	entries, _, err := Read(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	Suggest(&b, entries, Options{})
+	out := b.String()
+	bare := regexp.MustCompile(`(\S)   # .*`).ReplaceAllString(out, "$1") // without the trailing comments
+	for _, want := range []string{
+		"hosts: [art.example]\n    ports: [443]\n    mirror: pypi\n    base_path: /artifactory/api/pypi/pypi-remote",
+		"hosts: [nexus.example]\n    ports: [443]\n    mirror: maven\n    base_path: /repository/maven-central",
+		"hosts: [devpi.example]\n    ports: [443]\n    mirror: pypi\n    base_path: /root/pypi",
+		"hosts: [gl.example]\n    ports: [443]\n    mirror: npm\n    base_path: /api/v4/groups/7/-/packages/npm",
+		"hosts: [app.example]\n    ports: [443]\n    pages: [read]\n    methods: [GET]\n    # no mirror grammar fits these paths, at the root or under a prefix",
+	} {
+		if !strings.Contains(bare, want) {
+			t.Errorf("suggest lacks\n%s\nin\n%s", want, out)
+		}
+	}
+	p, err := policy.Parse(strings.NewReader("version: 1\n"+out), "pasted.yaml")
+	if err != nil {
+		t.Fatalf("pasted proposals do not parse: %v\n%s", err, out)
+	}
+	// What was proposed allows what was denied.
+	for _, e := range entries[:7] {
+		tg, _ := policy.ParseURL("https://" + e.Host + e.Path)
+		if d := p.DecideRequest(&tg, e.Method, "", 0); !d.Allow {
+			t.Errorf("the proposal still denies %s %s: %s %s", e.Method, e.Path, d.Reason, d.Detail)
+		}
+	}
 }

@@ -89,7 +89,10 @@ func decide(p *policy.Policy, target, identity, method, ctype string) checkResul
 		t, err = policy.ParseAuthority(target)
 	}
 	if err != nil {
-		return checkResult{Decision: "deny", Reason: policy.ReasonBadTarget.String(), PageType: policy.PageRead.String(), Error: err.Error(), reason: policy.ReasonBadTarget}
+		// As the proxy does: a target no parser accepts is still scanned
+		// for a high-risk host in any spelling.
+		host, hr := p.HighRiskIn(target)
+		return checkResult{Decision: "deny", Reason: policy.ReasonBadTarget.String(), PageType: policy.PageRead.String(), Host: host, HighRisk: hr, Error: err.Error(), reason: policy.ReasonBadTarget}
 	}
 	var d policy.Decision
 	if isURL {

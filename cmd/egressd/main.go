@@ -32,7 +32,7 @@ commands:
   run       [--config FILE] -- CMD [ARGS]       run CMD in a sealed sandbox namespace (root)
   check     [--config FILE] [--identity ID] [--method M] [--content-type T] [--json] TARGET
                                                 the decision for a URL or host:port, offline
-  validate  [--config FILE]                     check a config; errors name file:line:field
+  validate  [--strict] [--config FILE]          check a config; errors name file:line:field
   suggest   --log FILE [--identity ID]          propose rules from a trial run's denials (prints only)
   replay    [--config FILE] --log FILE [--fail-on-loosen]
                                                 what a policy would decide differently on logged traffic

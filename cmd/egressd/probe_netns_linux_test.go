@@ -144,7 +144,7 @@ func TestInSandboxProbe(t *testing.T) {
 	if logs := l.serve.logs.String(); !strings.Contains(logs, `"msg":"in-sandbox probe found a leak","component":"probe","identity":"sbx-a"`) {
 		t.Errorf("serve did not log the sandbox's leak:\n%s", logs)
 	}
-	hist, err := selftest.ReadHistory(filepath.Join(l.state, selftest.HistoryFile))
+	hist, _, err := selftest.ReadHistory(filepath.Join(l.state, selftest.HistoryFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("report", stderr)
 	cfg := configFlag(fs)
 	stateDir := fs.String("state-dir", defaultStateDir(), "directory holding the self-test history and the honeytoken store")
-	logFile := fs.String("log", "", "decision log: the JSON lines `egressd serve` writes on stderr")
+	logFile := fs.String("log", "", "decision log `FILE`: the JSON lines egressd serve writes on stderr")
 	asJSON := fs.Bool("json", false, "write the evidence pack as JSON instead of Markdown")
 	sign := fs.Bool("sign", false, "sign the pack: write --out FILE and a detached signature FILE.sig")
 	keyFile := fs.String("key", "", "with --sign: the Ed25519 private key (default: the config's audit.sign_key)")
@@ -52,13 +52,13 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "egressd report: %v\n", err)
 		return exitUsage
 	}
-	p, err := loadPolicy(*cfg)
+	p, err := reportPolicy(*cfg, *stateDir, stderr)
 	if err != nil {
 		printConfigError(stderr, err)
 		return exitUsage
 	}
 	histPath := filepath.Join(*stateDir, selftest.HistoryFile)
-	runs, err := selftest.ReadHistory(histPath)
+	runs, skipped, err := selftest.ReadHistory(histPath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fail(err)
 	}
@@ -73,7 +73,7 @@ func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	walls, wallsErr := showWalls()
-	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr, Honeytokens: planted}
+	in := report.Input{Now: time.Now().UTC(), Policy: p, Runs: runs, SkippedRuns: skipped, Log: dl, LogFile: *logFile, Walls: walls, WallsErr: wallsErr, Honeytokens: planted}
 	var key ed25519.PrivateKey
 	if *sign {
 		if key, in.Seal, err = prepareSeal(p, *cfg, *keyFile, histPath, *auditLog, *auditPub, walls); err != nil {

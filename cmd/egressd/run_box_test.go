@@ -121,7 +121,7 @@ func TestRunEnvironment(t *testing.T) {
 
 	show := `echo "token=$MY_API_TOKEN plain=$EGRESSD_TEST_PLAIN noproxy=$NO_PROXY node=$NODE_USE_ENV_PROXY cargo=${CARGO_HTTP_CAINFO:+set}"`
 	out, _ = l.run(t, nil, "sh", "-c", show)
-	if !strings.Contains(out, "token=egressd-test-secret plain=plain noproxy=localhost,127.0.0.1,::1 node=1 cargo=set") {
+	if !strings.Contains(out, "token=egressd-test-secret plain=plain noproxy=localhost,127.0.0.1,::1,169.254.169.254,fd00:ec2::254,metadata.google.internal node=1 cargo=set") {
 		t.Errorf("default environment:\n%s", out)
 	}
 	if !strings.Contains(out, "look like credentials") || !strings.Contains(out, "MY_API_TOKEN") {

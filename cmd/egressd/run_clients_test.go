@@ -61,10 +61,12 @@ func (r *registries) writes() []string {
 }
 
 const (
-	pyDir  = "/packages/ab/cd/0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab/"
-	goMod  = "example.test/egmod"
-	goVer  = "v0.1.0"
-	npmPkg = "egtest"
+	pyDir = "/packages/ab/cd/0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab/"
+	goMod = "example.test/egmod"
+	goVer = "v0.1.0"
+	// goCommit is a commit hash of goMod, as `go get m@<hash>` sends it.
+	goCommit = "0123456789ab"
+	npmPkg   = "egtest"
 )
 
 func (r *registries) ServeHTTP(w http.ResponseWriter, q *http.Request) {
@@ -84,15 +86,7 @@ func (r *registries) ServeHTTP(w http.ResponseWriter, q *http.Request) {
 	case "npm.test":
 		switch q.URL.Path {
 		case "/" + npmPkg:
-			s1 := sha1.Sum(r.tgz)
-			s512 := sha512.Sum512(r.tgz)
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]any{
-				"name": npmPkg, "dist-tags": map[string]string{"latest": "1.0.0"},
-				"versions": map[string]any{"1.0.0": map[string]any{"name": npmPkg, "version": "1.0.0",
-					"dist": map[string]string{"tarball": "https://npm.test/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz",
-						"shasum": hex.EncodeToString(s1[:]), "integrity": "sha512-" + base64.StdEncoding.EncodeToString(s512[:])}}},
-			})
+			writePackument(w, r.tgz, "https://npm.test")
 		case "/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz":
 			w.Write(r.tgz)
 		default:
@@ -103,7 +97,7 @@ func (r *registries) ServeHTTP(w http.ResponseWriter, q *http.Request) {
 		switch q.URL.Path {
 		case base + "list":
 			fmt.Fprintln(w, goVer)
-		case base + goVer + ".info":
+		case base + goVer + ".info", base + goCommit + ".info": // go get m@<commit> resolves the hash first
 			fmt.Fprintf(w, `{"Version":%q,"Time":"2026-01-01T00:00:00Z"}`, goVer)
 		case base + goVer + ".mod":
 			fmt.Fprintf(w, "module %s\n\ngo 1.21\n", goMod)
@@ -118,6 +112,20 @@ func (r *registries) ServeHTTP(w http.ResponseWriter, q *http.Request) {
 	default:
 		http.NotFound(w, q)
 	}
+}
+
+// writePackument answers with npmPkg's packument: one version, 1.0.0, whose
+// tarball (tgz) the registry at registry serves.
+func writePackument(w http.ResponseWriter, tgz []byte, registry string) {
+	s1 := sha1.Sum(tgz)
+	s512 := sha512.Sum512(tgz)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"name": npmPkg, "dist-tags": map[string]string{"latest": "1.0.0"},
+		"versions": map[string]any{"1.0.0": map[string]any{"name": npmPkg, "version": "1.0.0",
+			"dist": map[string]string{"tarball": registry + "/" + npmPkg + "/-/" + npmPkg + "-1.0.0.tgz",
+				"shasum": hex.EncodeToString(s1[:]), "integrity": "sha512-" + base64.StdEncoding.EncodeToString(s512[:])}}},
+	})
 }
 
 func zipOf(t *testing.T, files map[string]string) []byte {
@@ -249,6 +257,7 @@ func TestRunRealClients(t *testing.T) {
 		{"pip install", `/usr/bin/python3 -m pip install --no-cache-dir --disable-pip-version-check --target "$HOME/py" --index-url https://pypi.test/simple/ egtest && test -f "$HOME/py/egtest/__init__.py"`},
 		{"npm install", `mkdir -p "$HOME/npmproj" && cd "$HOME/npmproj" && echo '{"name":"proj","version":"1.0.0"}' > package.json && npm install --no-audit --no-fund --no-update-notifier --registry https://npm.test/ egtest && test -f node_modules/egtest/index.js`},
 		{"go mod download", `export GOPROXY=https://goproxy.test GOSUMDB=off GOTOOLCHAIN=local GOPATH="$HOME/go" GOCACHE="$HOME/gocache" GOFLAGS=-modcacherw && go mod download -json ` + goMod + `@` + goVer + ` && test -f "$HOME/go/pkg/mod/` + goMod + `@` + goVer + `/eg.go"`},
+		{"go mod download @commit", `export GOPROXY=https://goproxy.test GOSUMDB=off GOTOOLCHAIN=local GOPATH="$HOME/go2" GOCACHE="$HOME/gocache2" GOFLAGS=-modcacherw && go mod download -json ` + goMod + `@` + goCommit + ` && test -f "$HOME/go2/pkg/mod/` + goMod + `@` + goVer + `/eg.go"`},
 		{"git clone", `git clone -q https://git.test/repo.git "$HOME/repo" && git -C "$HOME/repo" log --oneline | grep -q one`},
 	}
 	for _, s := range steps {

@@ -31,6 +31,10 @@ func runProbe(stateDir string, stderr io.Writer) func(context.Context, runbox.Pr
 			if herr := recordRun(stateDir, "run", "sandbox "+t.Name, t.Policy, rep); herr != nil {
 				fmt.Fprintf(stderr, "egressd run: %v\n", herr)
 			}
+			// an outage or a rule that can never allow: said, never a leak
+			for _, w := range rep.UntestableLines() {
+				fmt.Fprintf(stderr, "egressd run: warning: %s\n", w)
+			}
 		}
 		return probens.Verdict(rep, err)
 	}

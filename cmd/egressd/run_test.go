@@ -40,6 +40,7 @@ var built struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	testnet.ReportRootTests("cmd/egressd")
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
 	}

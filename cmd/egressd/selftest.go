@@ -79,6 +79,12 @@ func wireSelftest(opt *daemon.Gateway, stateDir string) {
 			// the daemon counts and shows a history it cannot write
 			v.HistoryErr = recordRun(stateDir, "serve", mode, p, rep)
 		}
+		if rep != nil && log != nil {
+			for _, r := range rep.Untestables() {
+				log.LogAttrs(ctx, slog.LevelWarn, "self-test probe untestable live", slog.String("probe", r.ID),
+					slog.String("route", r.Route), slog.String("target", r.Target), slog.String("result", r.Result), slog.String("detail", r.Detail))
+			}
+		}
 		if rep != nil && log != nil && !v.Sealed {
 			for _, r := range append(rep.Failures(), rep.Unfinished()...) {
 				log.LogAttrs(ctx, slog.LevelError, "self-test probe", slog.String("probe", r.ID), slog.String("status", string(r.Status)),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
@@ -33,7 +34,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: %w", level, err)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: event.ReadableDurations})), nil
 }
 
 func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
@@ -56,7 +57,15 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return exitUsage
 	}
 	g := daemon.Gateway{
-		Load:            func() (*policy.Policy, error) { return loadPolicy(*cfg) },
+		Load: func() (*policy.Policy, error) {
+			p, err := loadPolicy(*cfg)
+			if err == nil {
+				for _, w := range p.Warnings() { // at start and at every reload
+					log.Warn("config warning", "config", p.Source, "warning", w)
+				}
+			}
+			return p, err
+		},
 		Logger:          log,
 		StateDir:        *stateDir,
 		AuditLog:        *auditLog,
@@ -72,6 +81,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		g.WallsInterval = *wallsEvery
 	}
 	wireSelftest(&g, *stateDir)
+	trackInForce(&g, *cfg, *stateDir)
 	d, err := daemon.NewGateway(g)
 	if err != nil {
 		fmt.Fprintf(stderr, "egressd: %v\n", err)

@@ -23,7 +23,7 @@ func cmdNft(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	verb := args[0]
 	fs := newFlagSet("nft "+verb, stderr)
 	cfg := configFlag(fs)
-	all := fs.Bool("all", false, "down: also remove the tables, links, namespaces and temp dirs of `egressd run`s that died (live runs are listed, not touched)")
+	all := fs.Bool("all", false, "down: also remove the tables, links, namespaces and temp dirs of egressd run sandboxes that died (live runs are listed, not touched)")
 	if pos, err := parseFlags(fs, args[1:]); err != nil || len(pos) > 0 {
 		return exitUsage
 	}

@@ -24,7 +24,8 @@ const anyPackage = "*"
 // added here. The layers, bottom up:
 //
 //   - leaves, importing nothing of ours: policy, configs, nft, ca,
-//     sandbox, selftest, event (the decision record's schema);
+//     sandbox, selftest, event (the decision record's schema), dnsclient
+//     (the upstream DNS client);
 //   - audit, on event;
 //   - the data path: proxy and dnsfilter, on policy (proxy also on event);
 //   - daemon, the lifecycle around them and the one gateway builder
@@ -46,13 +47,14 @@ var allowed = map[string][]string{
 	"selftest":        {},
 	"event":           {},
 	"honeytoken":      {}, // canary credentials and their scan: a leaf the data path asks
-	"proxy":           {"policy", "event", "inject", "honeytoken"},
+	"proxy":           {"policy", "event", "inject", "honeytoken", "dnsclient"},
+	"dnsclient":       {},                  // the one upstream DNS client of proxy and dnsfilter
 	"inject":          {"policy"},          // secrets of inject rules: reads files, nothing else
 	"presets":         {"policy"},          // writes a config, checked by the parser
 	"suggest":         {"policy", "event"}, // reads decision logs and prints: never changes a config
-	"dnsfilter":       {"policy", "event", "honeytoken"},
+	"dnsfilter":       {"policy", "event", "honeytoken", "dnsclient"},
 	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan", "honeytoken"},
-	"runbox":          {"ca", "daemon", "nft", "policy", "sandbox", "honeytoken"},
+	"runbox":          {"ca", "daemon", "event", "nft", "policy", "sandbox", "honeytoken"},
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
 	"selftest/plan":    {"policy", "proxy", "selftest"},

@@ -166,8 +166,10 @@ func WithOriginHandler(h http.Handler) Option { return func(c *config) { c.origi
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if geteuid() == 0 {
+		rootTests.ran.Add(1)
 		return
 	}
+	rootTests.skipped.Add(1)
 	const msg = "root-only namespace test: run as root (sudo go test ./...)"
 	if os.Getenv("EGRESSD_REQUIRE_NETNS") == "1" {
 		t.Fatal(msg + "; EGRESSD_REQUIRE_NETNS=1 forbids skipping")

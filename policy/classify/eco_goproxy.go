@@ -58,17 +58,25 @@ func checkGoProxy(c *mirrorCheck) MirrorVerdict {
 	if k == 0 || k == n || !isGoModule(s[:k]) {
 		return mdeny("goproxy: path outside download grammar")
 	}
-	switch {
-	case s[k] == "@latest" && n == k+1:
-	case s[k] == "@v" && n == k+2 && s[k+1] == "list":
-	case s[k] == "@v" && n == k+2 && isGoVersionFile(s[k+1]):
-	default:
+	if !goModuleFile(s[k:]) {
 		return mdeny("goproxy: path outside download grammar")
 	}
 	if !c.modulePrefixOK(s[:k]) {
 		return mdeny("goproxy: module outside module-prefixes")
 	}
 	return mallow
+}
+
+// goModuleFile reports whether s, from the module's "@" segment on, is
+// @latest, @v/list, @v/<version>.info|.mod|.zip or @v/<commit>.info.
+func goModuleFile(s []string) bool {
+	switch {
+	case len(s) == 1:
+		return s[0] == "@latest"
+	case len(s) == 2 && s[0] == "@v":
+		return s[1] == "list" || isGoVersionFile(s[1]) || isGoCommitInfo(s[1])
+	}
+	return false
 }
 
 // checkSumDB checks /latest, /lookup/<module>@<version> and
@@ -158,13 +166,24 @@ func goBangsOK(s string) bool {
 	return true
 }
 
-// isGoVersion accepts v<semver> with a case-encoded tail. Branch and commit
-// queries (@v/master.info) are denied: the version must not carry free text.
+// isGoVersion accepts v<semver> with a case-encoded tail. Branch queries
+// (@v/master.info) are denied: the version must not carry free text
+// (commit hashes are isGoCommitInfo's).
 func isGoVersion(v string) bool {
 	if len(v) < 6 || v[0] != 'v' || len(v) > 128 {
 		return false
 	}
 	return isSemver(v[1:], csGoVerTail) && goBangsOK(v)
+}
+
+// isGoCommitInfo accepts <commit>.info: `go get m@<commit>` asks the proxy
+// to resolve a commit hash (7 to 40 hex digits, as typed) to a
+// pseudo-version. A hash names one immutable commit; the .mod and .zip that
+// follow use the pseudo-version. Branch and tag names stay denied: they are
+// free text, and what they name moves.
+func isGoCommitInfo(f string) bool {
+	h, ok := strings.CutSuffix(f, ".info")
+	return ok && len(h) >= 7 && len(h) <= 40 && csLowerHex.span(h, 40)
 }
 
 func isGoVersionFile(f string) bool {

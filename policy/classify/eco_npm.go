@@ -9,6 +9,7 @@ var MirrorNPM = register(&ecosystem{
 	knownWrites: npmKnownWrites,
 	headers:     []string{"Npm-Command", "Npm-Session", "Npm-Scope", "Npm-In-Ci", "Npm-Auth-Type", "Referer", "Pacote-Version", "Pacote-Req-Type", "Pacote-Pkg-Id", "Pacote-Integrity"},
 	publish:     Probe{"PUT", "/egressd-selftest", "application/json", `{"name":"egressd-selftest","versions":{}}`},
+	maxQuery:    256, // npm search's query; every other npm read has none
 })
 
 // npmKnownWrites: npm registries (the public one and its mirrors live on a
@@ -53,6 +54,11 @@ func checkNPM(c *mirrorCheck) MirrorVerdict {
 			return mdeny("npm write fetch: ?write=true")
 		}
 	}
+	if s[0] == "auth" && c.o != nil && strings.Contains(c.o.BasePath, "/api/npm/") {
+		// Artifactory answers GET <repo>/auth[/<scope>] with the
+		// caller's credentials as .npmrc lines.
+		return mdeny("artifactory npm credentials: /auth")
+	}
 	name, rest, ok := npmPackage(s)
 	if !ok {
 		return mdeny("npm: path outside download grammar")
@@ -76,26 +82,36 @@ func checkNPM(c *mirrorCheck) MirrorVerdict {
 	if c.r.Query != "" {
 		return mdeny(rNoQuery)
 	}
-	if !c.p.dir {
-		switch len(rest) {
-		case 0:
-			return mallow
-		case 1:
-			if rest[0][0] != '-' && csNPMVer.span(rest[0], 64) {
-				return mallow
-			}
-		case 2:
-			if rest[0] == "-" && npmTarball(rest[1], name) {
-				return mallow
-			}
-		}
+	if !c.p.dir && npmReadPath(s[0], name, rest) {
+		return mallow
 	}
 	return mdeny("npm: path outside download grammar")
+}
+
+// npmReadPath reports whether rest, after the package (first segment
+// first, name without its scope), is the packument, a version manifest or
+// the package's tarball.
+func npmReadPath(first, name string, rest []string) bool {
+	switch len(rest) {
+	case 0:
+		return true
+	case 1:
+		return rest[0][0] != '-' && csNPMVer.span(rest[0], 64)
+	case 2:
+		return rest[0] == "-" && npmTarball(rest[1], name)
+	case 3:
+		// GitLab names a scoped tarball /@scope/name/-/@scope/name-1.0.0.tgz.
+		return rest[0] == "-" && first[0] == '@' && rest[1] == first && npmTarball(rest[2], name)
+	}
+	return false
 }
 
 func checkNPMDash(c *mirrorCheck, s []string) MirrorVerdict {
 	if len(s) < 2 {
 		return mdeny("npm: /-/ endpoint outside download grammar")
+	}
+	if v, ok := npmDashRead(c, s); ok {
+		return v
 	}
 	switch s[1] {
 	case "package":
@@ -165,4 +181,82 @@ func npmTarball(file, name string) bool {
 	}
 	v, ok = strings.CutSuffix(v[1:], ".tgz")
 	return ok && v != "" && csDigit[v[0]] && csNPMVer.span(v, 64)
+}
+
+// npmSearchKeys are the query keys `npm search` sends (libnpmsearch).
+var npmSearchKeys = [...]string{"text", "size", "from", "quality", "popularity", "maintenance"}
+
+// npmDashRead decides the /-/ reads real clients make besides installs:
+// `npm ping` (/-/ping), the signature and provenance checks of `npm audit
+// signatures` and `npm install` (/-/npm/v1/keys,
+// /-/npm/v1/attestations/<pkg>@<version>) and `npm search` (/-/v1/search,
+// allowed: its text goes to the registry the rule already trusts with
+// package names of up to 214 bytes, and the rule's query cap bounds it).
+// ok is false when s is none of them.
+func npmDashRead(c *mirrorCheck, s []string) (MirrorVerdict, bool) {
+	var known bool
+	switch {
+	case len(s) == 2 && s[1] == "ping":
+		known = true
+	case len(s) == 4 && s[1] == "npm" && s[2] == "v1" && s[3] == "keys":
+		known = true
+	case len(s) >= 5 && s[1] == "npm" && s[2] == "v1" && s[3] == "attestations":
+		if !npmAttestation(s[4:]) {
+			return mdeny("npm: attestations path outside download grammar"), true
+		}
+		known = true
+	case len(s) == 3 && s[1] == "v1" && s[2] == "search":
+		if !c.read {
+			return mdeny(methodReason(c.r.Method)), true
+		}
+		if c.p.dir || !npmSearchQuery(c.r.Query) {
+			return mdeny("npm search: query outside text, size, from, quality, popularity, maintenance"), true
+		}
+		return mallow, true
+	}
+	if !known {
+		return MirrorVerdict{}, false
+	}
+	switch {
+	case !c.read:
+		return mdeny(methodReason(c.r.Method)), true
+	case c.r.Query != "":
+		return mdeny(rNoQuery), true
+	case c.p.dir:
+		return mdeny("npm: /-/ endpoint outside download grammar"), true
+	}
+	return mallow, true
+}
+
+// npmAttestation checks <pkg>@<version>; a scoped package's escaped
+// slash was decoded by the path parser, so "@scope/name@1.0.0" arrives as
+// two segments.
+func npmAttestation(s []string) bool {
+	last := s[len(s)-1]
+	at := strings.LastIndexByte(last, '@')
+	if at <= 0 || at+1 >= len(last) || !csDigit[last[at+1]] || !csNPMVer.span(last[at+1:], 64) {
+		return false
+	}
+	pkg := append(s[:len(s)-1:len(s)-1], last[:at])
+	_, rest, ok := npmPackage(pkg)
+	return ok && len(rest) == 0
+}
+
+// npmSearchQuery reports whether q holds only the keys npm search sends,
+// each at most once, with text non-empty.
+func npmSearchQuery(q string) bool {
+	var seen [len(npmSearchKeys)]bool
+	for q != "" {
+		var k, v string
+		k, v, q = cutParam(q)
+		i := 0
+		for i < len(npmSearchKeys) && npmSearchKeys[i] != k {
+			i++
+		}
+		if i == len(npmSearchKeys) || seen[i] || i == 0 && v == "" {
+			return false
+		}
+		seen[i] = true
+	}
+	return seen[0]
 }

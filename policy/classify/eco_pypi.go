@@ -1,5 +1,7 @@
 package classify
 
+import "strings"
+
 // MirrorPyPI is the Python Package Index and its mirrors.
 var MirrorPyPI = register(&ecosystem{
 	name:        "pypi",
@@ -35,18 +37,86 @@ func checkPyPI(c *mirrorCheck) MirrorVerdict {
 		return mdeny(why)
 	}
 	if !c.read {
-		if len(s) == 1 && s[0] == "pypi" {
+		switch {
+		case len(s) == 1 && s[0] == "pypi":
 			return mdeny("pypi xml-rpc: POST /pypi")
+		case len(s) == 0 && c.r.Method == "POST":
+			// twine uploads to the repository URL itself on Artifactory,
+			// Nexus, devpi and GitLab.
+			return mdeny("pypi upload: POST to the repository root")
 		}
 		return mdeny(methodReason(c.r.Method))
 	}
 	if c.r.Query != "" {
 		return mdeny(rNoQuery)
 	}
-	if pypiReadPath(s, c.p.dir) {
+	if pypiReadPath(s, c.p.dir) || !c.p.dir && pypiLinkedFile(s, c.based) {
 		return mallow
 	}
 	return mdeny("pypi: path outside download grammar")
+}
+
+// maxPyFileDepth bounds the directories above a linked distribution file:
+// the deepest real layout, Artifactory's packages/packages/<2>/<2>/<60>/,
+// has five.
+const maxPyFileDepth = 8
+
+// pypiLinkedFile accepts a distribution file that a PEP 503 page links
+// (PEP 503 lets the link point anywhere): next to its page
+// (/simple/<name>/<file>) always, and under a base_path in any directory
+// of package-name-like segments (devpi /+f/<hex>/<hex>/, GitLab
+// /files/<sha256>/, Nexus /packages/<name>/<version>/). At a public
+// index's root the stricter pythonhosted layout of pypiReadPath stands.
+func pypiLinkedFile(s []string, based bool) bool {
+	n := len(s)
+	if n < 2 || !isPyDistFile(s[n-1]) {
+		return false
+	}
+	if (s[0] == "simple" || s[0] == "+simple") && n == 3 && isPEP503(s[1]) {
+		return true
+	}
+	if !based || n-1 > maxPyFileDepth {
+		return false
+	}
+	for _, d := range s[:n-1] {
+		if !csPyFile.span(d, 128) {
+			return false
+		}
+	}
+	return true
+}
+
+// pyDistExts are the file types pip installs from (and the PEP 658
+// metadata beside a file).
+var pyDistExts = [...]string{".whl", ".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz", ".egg"}
+
+// isPyDistFile reports whether f names a distribution: <name>-<version...>
+// with a known extension, optionally followed by ".metadata".
+func isPyDistFile(f string) bool {
+	f = strings.TrimSuffix(f, ".metadata")
+	if !csPyFile.span(f, 200) || !csLowerAlnum[f[0]|0x20] {
+		return false
+	}
+	ext := false
+	for _, e := range pyDistExts {
+		if strings.HasSuffix(f, e) && len(f) > len(e) {
+			f, ext = f[:len(f)-len(e)], true
+			break
+		}
+	}
+	return ext && hasDashDigit(f)
+}
+
+// hasDashDigit reports whether a '-' followed by a digit occurs in f:
+// where the version starts (also in a legacy sdist name such as
+// "python-dateutil-2.8.2").
+func hasDashDigit(f string) bool {
+	for i := 1; i+1 < len(f); i++ {
+		if f[i] == '-' && csDigit[f[i+1]] {
+			return true
+		}
+	}
+	return false
 }
 
 // pypiWritePath names the upload, token and account trees, or returns "".
@@ -73,7 +143,7 @@ func pypiReadPath(s []string, dir bool) bool {
 		return false
 	}
 	switch s[0] {
-	case "simple":
+	case "simple", "+simple": // devpi spells it +simple
 		return n == 1 && dir || n == 2 && isPEP503(s[1])
 	case "pypi":
 		return !dir && n >= 3 && csPyName.span(s[1], 128) &&

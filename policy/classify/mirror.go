@@ -38,6 +38,14 @@ type MirrorOptions struct {
 	// MaxQuery > 0 allows any query of URL-safe bytes up to that length
 	// (for signed CDN redirect targets); 0 allows none.
 	MaxQuery int
+	// BasePath is the repository's path prefix on its host
+	// ("/artifactory/api/pypi/pypi-remote", "/repository/npm-proxy"),
+	// written as BasePathOK accepts it; "" means the grammar applies at
+	// the root. The grammar sees the path below the prefix; a path outside
+	// it is denied. A repository at the root may say "/": the grammar then
+	// applies at the root with the relaxations a prefix brings (PyPI
+	// distribution files wherever they sit).
+	BasePath string
 }
 
 // MirrorVerdict is the outcome of checking a request against a mirror grammar.
@@ -83,6 +91,7 @@ const (
 	rBodyOnRead   = "mirror: body on GET/HEAD"
 	rBadMirror    = "mirror: unknown ecosystem"
 	rNoBody       = "mirror: no request body allowed here"
+	rOutsideBase  = "mirror: path outside the rule's base_path"
 )
 
 // mirrorCheck is the state one CheckMirror call passes to a grammar. It lives
@@ -91,7 +100,11 @@ type mirrorCheck struct {
 	r    *Request
 	o    *MirrorOptions
 	read bool // GET or HEAD
-	p    mirrorPath
+	// based: the rule names a base_path; r points at below, whose Path
+	// is the path below it (held here, so it costs no allocation of its own).
+	based bool
+	below Request
+	p     mirrorPath
 }
 
 // mirrorPath is a decoded path split into segments.
@@ -107,9 +120,10 @@ func mdeny(reason string) MirrorVerdict { return MirrorVerdict{Reason: reason} }
 
 var mallow = MirrorVerdict{Allow: true}
 
-// CheckMirror checks r against the download grammar of m. o may be nil. It
-// never allocates for an unescaped path, and fails closed: anything outside
-// the grammar is denied with a reason.
+// CheckMirror checks r against the download grammar of m. o may be nil.
+// For an unescaped path it allocates nothing but its own state (the check
+// escapes into the grammar's function value), with a base_path too. It
+// fails closed: anything outside the grammar is denied with a reason.
 func CheckMirror(m Mirror, r *Request, o *MirrorOptions) MirrorVerdict {
 	if r == nil {
 		return mdeny("mirror: no request")
@@ -126,6 +140,16 @@ func CheckMirror(m Mirror, r *Request, o *MirrorOptions) MirrorVerdict {
 		return mdeny(rBadMirror)
 	}
 	c := mirrorCheck{r: r, o: o}
+	if o != nil && o.BasePath != "" {
+		rest, ok := UnderBasePath(o.BasePath, r.Path)
+		if !ok {
+			return mdeny(rOutsideBase)
+		}
+		c.below = *r
+		c.below.Path = rest
+		c.r, c.based = &c.below, true
+	}
+	r = c.r
 	if r.Method == "GET" || r.Method == "HEAD" {
 		c.read = true
 		// A read has no body; one would be a channel the grammar never sees.
@@ -187,7 +211,7 @@ var queryChars = mkCharset("A-Za-z0-9-._~!$&'()*+,=:@/?%")
 
 // parse decodes and splits raw into p. npmScope lets one escaped slash
 // separate scope and name in "/@scope%2fname" and
-// "/-/package/@scope%2fname".
+// "/-/package/@scope%2fname" (and in an attestations path).
 func (p *mirrorPath) parse(raw string, npmScope bool) string {
 	if raw == "" || raw[0] != '/' {
 		return "mirror: path must start with /"
@@ -256,6 +280,8 @@ func unescapePath(raw string, npmScope bool) (string, string) {
 		scopeAt = 1
 	case strings.HasPrefix(raw, "/-/package/@"):
 		scopeAt = len("/-/package/")
+	case strings.HasPrefix(raw, "/-/npm/v1/attestations/@"):
+		scopeAt = len("/-/npm/v1/attestations/")
 	}
 	scope := false
 	for i := 0; i < len(raw); i++ {

@@ -116,7 +116,7 @@ var npmCases = []mirrorCase{
 	{name: "audit bulk", method: "POST", path: "/-/npm/v1/security/advisories/bulk", clen: 300, reason: "npm audit: /-/npm/v1/security/"},
 	{name: "oidc exchange", method: "POST", path: "/-/npm/v1/oidc/token/exchange/package/x", clen: 10, reason: "npm trusted-publishing token: /-/npm/v1/oidc/"},
 	{name: "whoami", path: "/-/whoami", reason: "npm whoami: /-/whoami"},
-	{name: "search", path: "/-/v1/search", query: "text=x", reason: "npm: /-/ endpoint outside download grammar"},
+	{name: "search", path: "/-/v1/search", query: "text=x&size=20", allow: true},
 	{name: "access change", method: "POST", path: "/-/package/react/access", clen: 10, reason: "npm access/trust change: /-/package/<pkg>/..."},
 	{name: "tarball of other package", path: "/react/-/evil-1.0.0.tgz", reason: "npm: path outside download grammar"},
 	{name: "tarball without version", path: "/react/-/react-latest.tgz", reason: "npm: path outside download grammar"},

@@ -16,7 +16,9 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
@@ -27,6 +29,10 @@ import (
 // target and the SNI a fronting probe offers. .invalid never resolves
 // (RFC 6761), so even a leak reaches nobody.
 const Unlisted = "egressd-selftest-unlisted.invalid"
+
+// SilentAsk is the ClientHello deadline the silent-tunnel probe asks for
+// on its own tunnel (proxy.HelloDeadlineHeader).
+const SilentAsk = 250 * time.Millisecond
 
 // MetadataNames are metadata host names the proxy must refuse.
 var MetadataNames = []string{"metadata.google.internal"}
@@ -60,7 +66,7 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 		TCP: st.TCP, UDP: st.UDP, IPv6: st.IPv6, Resolvers: st.Resolvers,
 		Metadata: st.Metadata, MetadataNames: MetadataNames,
 		CanaryName: st.CanaryName, CanaryURL: st.CanaryURL, CanaryLog: st.CanaryLog,
-		ExpectReachable: st.ExpectReachable,
+		ExpectReachable: append(slices.Clip(st.ExpectReachable), parentControls(p)...), // parent.go
 		RootCAs:         roots,
 		Timeout:         st.Timeout,
 	}
@@ -95,6 +101,10 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 	c.Own = ownListeners(p)
 	c.InspectHost, c.HeadBytes = inspectHost(p), p.Limits.HeaderBytes
 	c.SilentHost, c.SilentDeadline = cmp.Or(c.InspectHost, c.SNIHost), proxy.HelloTimeout
+	// The silent-tunnel probe asks for a short deadline on its own tunnel
+	// and sees it hold, rather than waiting HelloTimeout in every run
+	// (docs/PROOF.md: "A proof in under two seconds").
+	c.SilentAsk = SilentAsk
 	// In transparent mode the walls send sandbox TCP 443 and 80 to
 	// egressd: a direct probe there must find egressd refusing, not fail
 	// for having connected.
@@ -103,6 +113,18 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 	}
 	if p.Listen.TransparentHTTP != "" {
 		c.Redirected = append(c.Redirected, 80)
+	}
+	// ...but only destinations the policy could allow (the walls redirect
+	// the rules' cidrs and DNS answers for allowed names, never high-risk
+	// addresses nor IPv6: daemon.WallSpec); any other that connects leaks
+	if len(c.Redirected) > 0 {
+		for _, r := range p.Rules {
+			for _, pr := range r.CIDRs {
+				if pr.Addr().Is4() {
+					c.RedirectedTo = append(c.RedirectedTo, pr)
+				}
+			}
+		}
 	}
 	// every identity's canary token, for the canary-log probe
 	if strings.Contains(st.CanaryName+st.CanaryURL, policy.CanaryToken) {
@@ -224,7 +246,7 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 		if d.Allow {
 			return
 		}
-		out = append(out, selftest.Request{ID: id, Route: route, Method: method, URL: raw, ContentType: ctype, Body: body, Reason: d.Reason.String()})
+		out = append(out, selftest.Request{ID: id, Route: route, Method: method, URL: raw, ContentType: ctype, Body: body, Reason: d.Reason.String(), InTunnel: inTunnel(p, raw)})
 	}
 	for _, r := range p.Rules {
 		host := ruleHost(r)
@@ -243,6 +265,9 @@ func refusedRequests(p *policy.Policy) []selftest.Request {
 		if r.Mirror != policy.MirrorNone {
 			// Each ecosystem declares its publish probe (policy/classify).
 			if q, ok := policy.PublishProbe(r.Mirror); ok {
+				if bp := r.MirrorOp.BasePath; bp != "/" {
+					base += bp // where the repository is: its grammar must refuse
+				}
 				add("mirror-publish/"+r.Name, fmt.Sprintf("proxy: %s publish on mirror rule %s", r.Mirror, r.Name), base, q.Method, q.Path, q.ContentType, q.Body)
 			}
 			continue
@@ -289,7 +314,20 @@ func headerBudgetProbe(p *policy.Policy, r *policy.Rule, base string) (selftest.
 		return selftest.Request{}, false
 	}
 	return selftest.Request{ID: "header-budget/" + r.Name, Route: fmt.Sprintf("proxy: headers over limits.read_head_bytes on rule %s", r.Name),
-		Method: "GET", URL: raw, Header: hdr, Reason: policy.ReasonHeaderBudget.String()}, true
+		Method: "GET", URL: raw, Header: hdr, Reason: policy.ReasonHeaderBudget.String(), InTunnel: inTunnel(p, raw)}, true
+}
+
+// inTunnel says whether raw is an https URL whose tunnel (the CONNECT to
+// its host) the policy allows: the request it refuses is then decided
+// inside the tunnel, and a tunnel an upstream outage keeps closed leaves it
+// untested live rather than leaked (selftest.Request.InTunnel).
+func inTunnel(p *policy.Policy, raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" {
+		return false
+	}
+	t, err := policy.ParseAuthority(net.JoinHostPort(u.Hostname(), cmp.Or(u.Port(), "443")))
+	return err == nil && p.DecideTarget(&t).Allow
 }
 
 // ownListeners are egressd's admin and DNS listeners as the proxy would

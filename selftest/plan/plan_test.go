@@ -169,3 +169,24 @@ selftest:
 		t.Errorf("plain canary: %q %v", c.CanaryName, c.CanaryTokens)
 	}
 }
+
+// TestRefusedInTunnel: every write probe sent inside a tunnel the policy
+// allows says so (InTunnel), so an upstream outage that keeps the tunnel
+// closed reads as untestable, not as a leak; plain http probes and
+// probes whose tunnel the policy refuses do not.
+func TestRefusedInTunnel(t *testing.T) {
+	p := mustPolicy(t, deriveConfig)
+	c := Derive(p, nil)
+	if len(c.Refused) == 0 {
+		t.Fatal("no refused requests derived")
+	}
+	for _, q := range c.Refused {
+		want := strings.HasPrefix(q.URL, "https://")
+		if q.InTunnel != want {
+			t.Errorf("%s (%s): InTunnel %v, want %v", q.ID, q.URL, q.InTunnel, want)
+		}
+	}
+	if inTunnel(p, "https://unlisted.example.net/") || inTunnel(p, "http://example.org/") {
+		t.Error("inTunnel: true for a refused tunnel or a plain http URL")
+	}
+}

@@ -39,7 +39,7 @@ type junitMessage struct {
 
 // WriteJUnit writes rep as a JUnit XML suite (one test case per probe): a
 // leak or a failed positive control is a failure, a probe that could not
-// tell an error, one not run skipped. CI systems read it as test results.
+// tell an error, one not run or untestable live skipped. CI systems read it as test results.
 func WriteJUnit(w io.Writer, identity string, rep *selftest.Report) error {
 	s := junitSuite{Name: "egressd probe " + identity, Time: rep.Duration.Seconds()}
 	for _, r := range rep.Results {
@@ -52,7 +52,7 @@ func WriteJUnit(w io.Writer, identity string, rep *selftest.Report) error {
 		case selftest.Error:
 			c.Error = msg
 			s.Errors++
-		case selftest.NotRun:
+		case selftest.NotRun, selftest.Untestable:
 			c.Skipped = msg
 			s.Skipped++
 		}

@@ -84,6 +84,9 @@ func Verdict(rep *selftest.Report, err error) daemon.Verdict {
 	for _, r := range rep.ControlsFailed() {
 		v.ControlsFailed = append(v.ControlsFailed, r.ID+": "+r.Detail)
 	}
+	for _, r := range rep.Untestables() {
+		v.Untestable = append(v.Untestable, r.ID+": "+r.Detail)
+	}
 	var u, skipped []selftest.Result
 	for _, r := range rep.Unfinished() {
 		if r.Status == selftest.NotRun && r.Detail == ProxyOnly {
@@ -92,17 +95,36 @@ func Verdict(rep *selftest.Report, err error) daemon.Verdict {
 			u = append(u, r)
 		}
 	}
-	if len(u) > 0 && len(v.Leaks) == 0 && len(v.ControlsFailed) == 0 {
+	// Unfinished probes are an error even beside a failed control: a run
+	// that starts on an outage (runbox) must know every other probe told.
+	if len(u) > 0 && len(v.Leaks) == 0 {
 		v.Err = fmt.Errorf("self-test incomplete: %s", unfinishedSummary(u, len(rep.Results)))
 		v.Incomplete = true // no leak found: not proven, and not a leak
 	}
+	var notes []string
 	if len(skipped) > 0 {
 		// Proxy-only mode proves the checkpoint and says what it did not
 		// prove; it is sealed only if everything else passed.
 		v.Sealed = len(v.Leaks) == 0 && len(v.ControlsFailed) == 0 && len(u) == 0
-		v.Note = fmt.Sprintf("%d direct-route probes not run: %s", len(skipped), ProxyOnly)
+		notes = append(notes, fmt.Sprintf("%d direct-route probes not run: %s", len(skipped), ProxyOnly))
 	}
+	if len(v.Untestable) > 0 {
+		notes = append(notes, fmt.Sprintf("%d probes untestable live (upstream unreachable; the policy denies them offline): %s", len(v.Untestable), untestableIDs(rep)))
+	}
+	v.Note = strings.Join(notes, "; ")
 	return v
+}
+
+// untestableIDs names the untestable probes, the first few of them.
+func untestableIDs(rep *selftest.Report) string {
+	var ids []string
+	for _, r := range rep.Untestables() {
+		ids = append(ids, r.ID)
+	}
+	if len(ids) > 4 {
+		return fmt.Sprintf("%s and %d more", strings.Join(ids[:3], ", "), len(ids)-3)
+	}
+	return strings.Join(ids, ", ")
 }
 
 // unfinishedSummary groups the probes that did not finish by reason:

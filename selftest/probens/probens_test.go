@@ -41,6 +41,8 @@ func TestVerdict(t *testing.T) {
 		{"failed control", rep(selftest.Failed), nil, false, nil, "", []string{"pa: why FAILED"}},
 		{"not run", rep(selftest.Pass, selftest.NotRun, selftest.NotRun), nil, false, nil, "2 of 3 probes not-run: why not-run", nil},
 		{"could not start", nil, errors.New("no namespace"), false, nil, "no namespace", nil},
+		// an upstream outage: sealed, named in the note, never a leak
+		{"untestable", rep(selftest.Pass, selftest.Untestable), nil, true, nil, "", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,6 +52,14 @@ func TestVerdict(t *testing.T) {
 			}
 			if v.Sealed != tt.sealed || !slices.Equal(v.Leaks, tt.leaks) {
 				t.Errorf("got sealed=%v leaks=%q, want %v %q", v.Sealed, v.Leaks, tt.sealed, tt.leaks)
+			}
+			if v.Leaked() != (len(tt.leaks) > 0) {
+				t.Errorf("Leaked() = %v with leaks %q", v.Leaked(), tt.leaks)
+			}
+			if tt.rep != nil {
+				if n := len(tt.rep.Untestables()); len(v.Untestable) != n || n > 0 && !strings.Contains(v.Note, "untestable live") {
+					t.Errorf("untestable: %q, note %q", v.Untestable, v.Note)
+				}
 			}
 			if tt.errText == "" && v.Err != nil || tt.errText != "" && (v.Err == nil || !strings.Contains(v.Err.Error(), tt.errText)) {
 				t.Errorf("got err %v, want %q", v.Err, tt.errText)

@@ -1,0 +1,374 @@
+package proxy
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/policy"
+)
+
+// The tunnel pipeline, one for both fronts that open tunnels: a CONNECT
+// (serveConnect, after its 200) and a transparent TLS connection
+// (transparentTLS, after the SNI decided it). Each front decides the
+// target its own way; from openTunnel on, every step is here and the same
+// for both: tracking (a quarantine or reload can close the tunnel),
+// the ClientHello checks (not TLS, no hello, SNI, ECH), the choice to
+// splice or inspect, the deadlines of each state, byte accounting and the
+// closing decision line. A check added to a tunnel is added here, once.
+
+// HelloTimeout bounds how long a client may take to send its ClientHello
+// (and finish an inspected handshake) after the tunnel is up: the longest
+// a silent tunnel stays open (the self-test probes it).
+const HelloTimeout = 5 * time.Second
+
+// extECH is the TLS encrypted_client_hello extension (RFC 9849).
+const extECH = 0xfe0d
+
+var errSNIMismatch = errors.New("TLS SNI does not name the CONNECT host")
+
+// tunnel is one allowed tunnel from openTunnel to closeTunnel.
+type tunnel struct {
+	rq *request
+	// client is the connection the tracker holds and closeTunnel closes
+	// (a CONNECT's scanConn, whose close gives back its listener slot);
+	// raw is the socket under it, which the relay reads directly.
+	client, raw net.Conn
+	// pre are client bytes read before the tunnel ran and not yet
+	// forwarded: sent with the CONNECT head, or the ClientHello a
+	// transparent front peeked.
+	pre []byte
+	// hello is the ClientHello when the front already read it; nil: the
+	// pipeline reads it (a TLS rule's CONNECT).
+	hello *tls.ClientHelloInfo
+	// up is the upstream a front dialed before the tunnel opened (a
+	// spliced CONNECT, so a failure gets its status on the CONNECT); nil:
+	// the pipeline dials.
+	up net.Conn
+	// transparent marks a tunnel opened by the transparent TLS front:
+	// its inner requests are origin-form and its end is logged as
+	// "transparent tunnel".
+	transparent bool
+	// admitted: admitHello ran (and passed).
+	admitted bool
+
+	release func() // the identity's connection slot, given back on close
+	// recordClose writes the tunnel's close record (tunnelrec.go), last.
+	recordClose func()
+	ids         []string
+	once        sync.Once
+}
+
+// openTunnel is where every tunnel opens: it is tracked under each of
+// its identities (a quarantine or a reload finds and closes it there),
+// counted in egressd_open_tunnels, and takes over the identity's
+// connection slot from the request that opened it until closeTunnel.
+func (x *Proxy) openTunnel(tn *tunnel) {
+	rq := tn.rq
+	tn.release, rq.release = rq.release, nil
+	// The tunnel outlives its CONNECT request and keeps nothing of
+	// net/http's: the ResponseWriter holds the connection's buffers
+	// (8 KiB per idle tunnel when it was kept).
+	rq.w = nil
+	tn.ids = rq.names()
+	x.m.tunnels.Inc()
+	x.mem.opened()
+	for _, id := range tn.ids {
+		x.ids.addTunnel(id, tn.client, rq)
+	}
+	tn.recordClose = x.tunnelOpened(context.Background(), rq)
+}
+
+// closeTunnel is where every tunnel closes, once: both connections, the
+// tracker's entries, the gauge, the connection slot, and the memory a
+// closed wave of tunnels held (memoryReleaser).
+func (x *Proxy) closeTunnel(tn *tunnel) {
+	tn.once.Do(func() {
+		tn.client.Close()
+		if tn.up != nil {
+			tn.up.Close()
+		}
+		for _, id := range tn.ids {
+			x.ids.removeTunnel(id, tn.client)
+		}
+		x.m.tunnels.Dec()
+		if tn.release != nil {
+			tn.release()
+		}
+		x.mem.closed()
+		if tn.recordClose != nil { // after the tunnel's own last line
+			tn.recordClose()
+		}
+	})
+}
+
+// runTunnel runs an open tunnel to its end: splice a host-only rule after
+// the ClientHello checks, or inspect (terminate TLS with egressd's CA and
+// serve the requests inside). The CONNECT front runs it on a fresh
+// goroutine: a tunnel can stay open for hours, and net/http's goroutine,
+// with its deep stack and buffers, ends. A transparent connection's
+// goroutine is its tunnel's from the start.
+func (x *Proxy) runTunnel(ctx context.Context, tn *tunnel) {
+	defer x.closeTunnel(tn)
+	if tn.rq.d.Inspect {
+		x.inspect(ctx, tn)
+	} else if x.admitHello(ctx, tn) {
+		x.splice(ctx, tn)
+	}
+}
+
+// admitHello runs a spliced tunnel's ClientHello checks, once: on a TLS
+// rule's tunnel and on any whose front read a hello. It reports false
+// when it cut the tunnel (logged). A front may call it before handing the
+// tunnel to runTunnel's goroutine: the CONNECT front does, on net/http's
+// goroutine, whose stack the decision and the dial have grown already —
+// on the tunnel's fresh goroutine crypto/tls's parser grew (and copied)
+// a new stack several times per tunnel.
+func (x *Proxy) admitHello(ctx context.Context, tn *tunnel) bool {
+	if tn.admitted || tn.rq.d.Inspect || (tn.hello == nil && !tn.rq.d.Rule.TLS) {
+		return true
+	}
+	tn.admitted = true
+	if reason, detail := x.tunnelHello(tn); reason != policy.ReasonAllowed {
+		x.cut(ctx, tn.rq, reason, detail)
+		return false
+	}
+	return true
+}
+
+// cut ends a tunnel egressd refuses after the 200: it is a denial, logged,
+// counted and hash-chained as one, with its reason.
+func (x *Proxy) cut(ctx context.Context, rq *request, reason policy.Reason, detail string) {
+	rq.d.Allow = false
+	x.logDecisionReason(ctx, rq, 0, reason, detail, 0, 0)
+}
+
+// splice runs a host-only tunnel whose ClientHello passed admitHello:
+// dial unless the front did, replay the bytes already read upstream and
+// copy both ways (relay: read and write with a buffer held only while
+// data flows).
+func (x *Proxy) splice(ctx context.Context, tn *tunnel) {
+	rq := tn.rq
+	if tn.up == nil {
+		p := x.Policy()
+		dctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
+		up, upAddr, err := x.dialer.dial(dctx, p, &rq.d, rq.target.Port)
+		if err != nil {
+			reason, detail := dialRefusal(rq, err)
+			rq.d.Allow = false
+			x.logDecisionReason(ctx, rq, reason.Status(), reason, detail, 0, 0)
+			return
+		}
+		tn.up, rq.upAddr = up, upAddr
+	}
+	if len(tn.pre) > 0 {
+		if _, err := tn.up.Write(tn.pre); err != nil {
+			return
+		}
+	}
+	sent := int64(len(tn.pre))
+	tn.pre, tn.hello = nil, nil // an idle tunnel keeps nothing it does not need
+	idle := x.Policy().Limits.IdleTimeout
+	out, in, idled := pipe(tn.raw, tn.up, idle) // the raw socket: relay reads it directly
+	out += sent
+	x.m.bytesOut.Add(float64(out))
+	x.m.bytesIn.Add(float64(in))
+	if ci := rq.cutBy.Load(); ci != nil {
+		rq.d.Allow = false
+		x.logDecisionReason(ctx, rq, 0, ci.reason, ci.detail, in, out)
+		return
+	}
+	reason := policy.ReasonTunnel
+	if tn.transparent {
+		reason = policy.ReasonTransparentTunnel
+	}
+	x.logDecisionReason(ctx, rq, http.StatusOK, reason, idleDetail(idled, idle), in, out)
+}
+
+// tunnelHello reads the ClientHello unless the front did (within
+// HelloTimeout) and decides it: the reason to cut the tunnel, or
+// ReasonAllowed.
+func (x *Proxy) tunnelHello(tn *tunnel) (policy.Reason, string) {
+	if tn.hello == nil {
+		client := &replayConn{Conn: tn.raw, pre: tn.pre}
+		hello, raw, err := peekClientHello(client, x.helloDeadline(tn.rq))
+		if err != nil {
+			return x.checkHello(tn.rq, nil, err)
+		}
+		tn.hello, tn.pre = hello, append(raw, client.pre...) // the hello, and anything after it already read
+	}
+	return x.checkHello(tn.rq, tn.hello, nil)
+}
+
+// helloDeadline is how long rq's tunnel waits for a ClientHello (and an
+// inspected handshake): the proxy's, or the shorter one its CONNECT asked
+// for (HelloDeadlineHeader).
+func (x *Proxy) helloDeadline(rq *request) time.Duration { return cmp.Or(rq.hello, x.helloTimeout) }
+
+// checkHello decides a tunnel's ClientHello: the reason to cut it, or
+// ReasonAllowed to let it through.
+func (x *Proxy) checkHello(rq *request, hello *tls.ClientHelloInfo, err error) (reason policy.Reason, detail string) {
+	switch {
+	case errors.Is(err, ErrNotTLS):
+		return policy.ReasonNotTLS, policy.ReasonNotTLS.Help()
+	case err != nil:
+		return policy.ReasonNoClientHello, err.Error()
+	case !sniMatches(&rq.target, hello.ServerName):
+		return policy.ReasonSNIMismatch, fmt.Sprintf("SNI %q in a tunnel to %s", hello.ServerName, rq.target.Host())
+	case slices.Contains(hello.Extensions, extECH):
+		return policy.ReasonECH, policy.ReasonECH.Help()
+	}
+	return policy.ReasonAllowed, ""
+}
+
+// inspect runs an inspected tunnel: a TLS handshake with egressd's CA
+// (SNI checked), then the requests inside served one by one with the
+// proxy's limits: the head bounded by limits.header_bytes, a deadline on
+// every wait (the ClientHello, each head, the idle time between requests).
+func (x *Proxy) inspect(ctx context.Context, tn *tunnel) {
+	rq := tn.rq
+	client := &replayConn{Conn: tn.raw, pre: tn.pre}
+	tn.pre = nil
+	if tn.hello == nil { // a transparent front read it, so it is TLS
+		client.SetReadDeadline(time.Now().Add(x.helloDeadline(rq)))
+		first := make([]byte, 1)
+		if _, err := io.ReadFull(client, first); err != nil {
+			x.cut(ctx, rq, policy.ReasonNoClientHello, err.Error())
+			return
+		}
+		client.pre = append(first, client.pre...)
+		if first[0] != 0x16 {
+			// Cleartext inside a CONNECT to a TLS rule would be decided as
+			// https and then sent in cleartext to the TLS port: refuse it.
+			x.cut(ctx, rq, policy.ReasonNotTLS, "an inspected tunnel carries TLS only")
+			io.WriteString(client, "HTTP/1.1 400 Bad Request\r\nX-Egressd-Deny: not-tls\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+			return
+		}
+	}
+	tn.hello = nil
+	cfg, err := x.mitmTLS(ctx, rq)
+	if err != nil {
+		x.cut(ctx, rq, policy.ReasonInspectionUnavailable, err.Error())
+		return
+	}
+	tc := tls.Server(client, cfg)
+	tc.SetDeadline(time.Now().Add(x.helloDeadline(rq)))
+	if err := tc.Handshake(); err != nil {
+		if !errors.Is(err, errSNIMismatch) { // logged by the SNI check
+			x.cut(ctx, rq, policy.ReasonTLSHandshake, err.Error())
+		}
+		return
+	}
+	tc.SetDeadline(time.Time{})
+	if tn.transparent {
+		// Its inner requests enter through the proxy's front (origin-form
+		// made absolute, the Host checked against the SNI), which logs
+		// each of them; this line records the tunnel.
+		x.logDecision(ctx, rq, http.StatusOK, "transparent TLS inspected", 0, 0)
+		port, name := rq.target.Port, rq.target.Name
+		x.serveInner(tc, nil, func(w http.ResponseWriter, r *http.Request, _ *scanConn) {
+			x.serveOriginForm(w, r, "https", port, name)
+		})
+		return
+	}
+	x.serveInner(tc, rq, func(w http.ResponseWriter, r *http.Request, isc *scanConn) {
+		x.serveTunnelRequest(w, r, rq, isc)
+	})
+}
+
+// serveInner serves the HTTP/1.1 requests on a terminated TLS connection
+// with the limits of the proxy listener: the head bounded by
+// limits.header_bytes (431 or 414 from the scanner, with X-Egressd-Deny),
+// limits.request_header_timeout for each head, limits.idle_timeout
+// between requests.
+func (x *Proxy) serveInner(tc net.Conn, tun *request, h func(http.ResponseWriter, *http.Request, *scanConn)) {
+	lim := x.Policy().Limits
+	isc := x.newScanConn(tc, lim.HeaderBytes, tun)
+	inner := x.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, isc) }),
+		func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, keyConn, isc) // the scanner, not the listener's wrapper
+		})
+	inner.Serve(newOneConnListener(isc))
+}
+
+// mitmTLS returns the TLS config for the client side of an inspected
+// tunnel; the handshake fails unless the SNI names the tunnel's host.
+func (x *Proxy) mitmTLS(ctx context.Context, rq *request) (*tls.Config, error) {
+	base, err := x.ca.ServerConfig(rq.target.Host())
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate for %s: %w", rq.target.Host(), err)
+	}
+	cfg := base.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		if !sniMatches(&rq.target, h.ServerName) {
+			x.cut(ctx, rq, policy.ReasonSNIMismatch, fmt.Sprintf("SNI %q in a tunnel to %s", h.ServerName, rq.target.Host()))
+			return nil, errSNIMismatch
+		}
+		return nil, nil
+	}
+	return cfg, nil
+}
+
+// sniMatches: a tunnel to a name needs SNI equal to that name (compared
+// as hosts are: case and a trailing dot do not matter); a tunnel to an
+// address needs no SNI or the address itself. Anything else is domain
+// fronting.
+func sniMatches(t *policy.Target, sni string) bool {
+	if t.Addr.IsValid() {
+		if sni == "" {
+			return true
+		}
+		a, err := netip.ParseAddr(strings.Trim(sni, "[]"))
+		return err == nil && a.Unmap() == t.Addr.Unmap()
+	}
+	if sni == "" {
+		return false
+	}
+	name, addr, err := policy.NormalizeHost(sni)
+	return err == nil && !addr.IsValid() && name == t.Name
+}
+
+// pipe copies both ways until both directions end, half-closing as each
+// side finishes, and returns the byte counts (client→upstream, back). It
+// closes both connections when neither carried a byte for idle (<= 0: no
+// limit) and then reports idled.
+func pipe(client, up net.Conn, idle time.Duration) (out, in int64, idled bool) {
+	w := newIdleWatch(idle, func() { client.Close(); up.Close() })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out, _ = relay(up, client, w)
+		closeWrite(up)
+	}()
+	in, _ = relay(client, up, w)
+	closeWrite(client)
+	<-done
+	return out, in, w.stop()
+}
+
+// idleDetail is the log detail of a tunnel the idle timeout closed.
+func idleDetail(idled bool, idle time.Duration) string {
+	if !idled {
+		return ""
+	}
+	return fmt.Sprintf("closed after %s without traffic (limits.idle_timeout)", idle)
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		c.Close()
+	}
+}
