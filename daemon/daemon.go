@@ -108,6 +108,8 @@ type Options struct {
 	Webhook string
 	// Listen overrides the config's listen addresses (tests); zero: config.
 	ProxyListener net.Listener
+	// ToolsListener replaces tools.listen's listener (tests); nil: config.
+	ToolsListener net.Listener
 	// ProxyConfig passes extra proxy wiring (upstream roots, dial hooks).
 	ProxyConfig proxy.Config
 	// Collectors are registered on /metrics too (the walls' counters).
@@ -156,6 +158,7 @@ type Daemon struct {
 	px    *proxy.Proxy
 	dns   *dnsfilter.Server
 	admin *http.Server
+	tools *http.Server // tools.listen: the MCP endpoint (package tools)
 
 	reloadMu sync.Mutex
 	// next is the reload round that triggers arriving now join (nil: the
@@ -208,8 +211,8 @@ type Daemon struct {
 	notesMu    sync.Mutex
 	notes      map[string]string // degradations /readyz names, by kind
 
-	proxyAddr, dnsAddr, adminAddr string
-	closers                       []io.Closer
+	proxyAddr, dnsAddr, adminAddr, toolsAddr string
+	closers                                  []io.Closer
 }
 
 // New loads the config and builds the components; Run starts them.
@@ -453,6 +456,9 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 		// many cannot take the last ones from the admin endpoint.
 		go func() { errc <- d.dns.Serve(udp, d.px.GuardListener(tcp)) }()
 	}
+	if err := d.listenTools(p, errc); err != nil {
+		return err
+	}
 	if p.Listen.Admin != "" {
 		al, err := net.Listen("tcp", p.Listen.Admin)
 		if err != nil {
@@ -471,7 +477,7 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 // scheduled self-test.
 func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	p := d.Policy()
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go d.alerts.run(ctx)
 	if err := d.listen(p, errc); err != nil {
 		return err
@@ -587,6 +593,9 @@ func (d *Daemon) shutdown() error {
 		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
 		errs = append(errs, d.admin.Shutdown(actx))
 		acancel()
+	}
+	if d.tools != nil {
+		errs = append(errs, d.tools.Shutdown(ctx))
 	}
 	d.log.Info("stopped: the nftables walls, if any, stay in place (egressd nft down removes them)")
 	if d.audit != nil {
@@ -892,7 +901,7 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 		d.log.Info("reload: the config did not change the policy: nothing to verify", "trigger", why, "config", next.Source)
 		return nil
 	}
-	if next.Listen != old.Listen {
+	if next.Listen != old.Listen || next.Tools.Listen != old.Tools.Listen {
 		d.log.Warn("reload: listen addresses changed; they take effect on restart", "old", old.Listen, "new", next.Listen)
 	}
 	if d.opt.NoSelftest || (d.opt.Walls != nil && (d.opt.WallsSame == nil || !d.opt.WallsSame(old, next))) {

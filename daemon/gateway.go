@@ -214,6 +214,9 @@ func WallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		}
 		s.Redirects = append(s.Redirects, nft.Redirect{From: tr.from, To: port})
 	}
+	if err := toolsWall(&s, p, proxyAddr); err != nil {
+		return s, err
+	}
 	if len(s.Redirects) > 0 {
 		// Besides the DNS answers for allowed names (added as they are
 		// given), the rules' cidrs are the destinations the policy could

@@ -36,12 +36,13 @@ const (
 	KeyBytes     = "bytes"     // bytes_in + bytes_out
 	KeyDetail    = "detail"    // what fired, in words
 	KeyInspected = "inspected" // the request was read inside an inspected tunnel
+	KeyVia       = "via"       // how the request came: "" through the proxy, ViaTool from egressd's tool endpoint
 )
 
 // Keys lists every key of a full decision record, in order.
 func Keys() []string {
 	return []string{KeyIdentity, KeySource, KeyView, KeyMethod, KeyHost, KeyPort, KeyPath, KeyQueryLen, KeyPageType, KeyRule, KeyDecision,
-		KeyReason, KeyHighRisk, KeyStatus, KeyBytesIn, KeyBytesOut, KeyBytes, KeyDetail, KeyInspected}
+		KeyReason, KeyHighRisk, KeyStatus, KeyBytesIn, KeyBytesOut, KeyBytes, KeyDetail, KeyInspected, KeyVia}
 }
 
 // Optional keys: written only on the decisions they apply to.
@@ -54,6 +55,10 @@ const (
 // OptionalKeys lists the keys a decision record carries only when they
 // apply, in order, after Keys.
 func OptionalKeys() []string { return []string{KeyHoneytoken, KeyHoneytokenOf, KeyHoneytokenWhere} }
+
+// ViaTool is KeyVia's value for a request egressd's fetch tool (package
+// tools) made on a caller's behalf.
+const ViaTool = "tool"
 
 // Tunnel records: every tunnel (CONNECT, transparent TLS, WebSocket) has
 // an open record when it is established and a close record when it ends,
@@ -102,6 +107,7 @@ type Record struct {
 	Bytes     int64     `json:"bytes"`
 	Detail    string    `json:"detail"`
 	Inspected bool      `json:"inspected"`
+	Via       string    `json:"via"`
 
 	Honeytoken      string `json:"honeytoken,omitempty"`
 	HoneytokenOf    string `json:"honeytoken_of,omitempty"`

@@ -113,6 +113,7 @@ func (c *compiler) compile(raw *rawConfig) *Policy {
 	c.identities(p, raw.Identities)
 	c.sandbox(p, &raw.Sandbox)
 	c.selftest(p, &raw.Selftest)
+	c.tools(p, &raw.Tools)
 	c.limits(p, &raw.Limits)
 	p.Alerts.Webhook = c.url(raw.Alerts.Webhook, "alerts.webhook")
 	p.Alerts.Batch = c.duration(raw.Alerts.Batch, "alerts.batch", defaultAlertBatch)
@@ -868,6 +869,7 @@ func (c *compiler) selftest(p *Policy, s *rawSelftest) {
 	st.CanaryURL = strings.ReplaceAll(c.url(canaryURL, "selftest.canary_url"), "egressd-token", CanaryToken)
 	st.CanaryLog = c.url(s.CanaryLog, "selftest.canary_log")
 	st.Webhook = c.url(s.Webhook, "selftest.webhook")
+	c.toolServers(st, s.ToolServers)
 	for j, v := range s.Metadata {
 		a, err := netip.ParseAddr(v.V)
 		if err != nil {

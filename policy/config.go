@@ -51,6 +51,7 @@ type rawConfig struct {
 	Audit      rawAudit      `yaml:"audit"`
 	// Honeytokens places canary credentials in sandboxes egressd runs.
 	Honeytokens at[bool] `yaml:"honeytokens"`
+	Tools       rawTools `yaml:"tools"` // tools.go
 
 	UpstreamProxy *rawUpstreamProxy `yaml:"upstream_proxy"` // rules.go
 }
@@ -142,8 +143,9 @@ type rawSelftest struct {
 	Webhook         at[string]   `yaml:"webhook"`
 	// in-sandbox probes: the longest schedule a sandbox may claim, and
 	// whether a leak it reports quarantines its identity
-	ProbeEveryMax         at[string] `yaml:"probe_every_max"`
-	QuarantineOnProbeLeak at[bool]   `yaml:"quarantine_on_probe_leak"`
+	ProbeEveryMax         at[string]      `yaml:"probe_every_max"`
+	QuarantineOnProbeLeak at[bool]        `yaml:"quarantine_on_probe_leak"`
+	ToolServers           []rawToolServer `yaml:"tool_servers"` // tools.go
 }
 
 type rawLimits struct {

@@ -26,6 +26,7 @@ type Policy struct {
 	// Honeytokens: egressd run places canary credentials in its sandbox
 	// (honeytokens: true); any of them seen on the way out is refused.
 	Honeytokens bool
+	Tools       Tools // tools.go
 	Identities  []Identity
 	Rules       []*Rule
 
@@ -103,6 +104,7 @@ type Selftest struct {
 	// QuarantineOnProbeLeak quarantines an identity whose in-sandbox
 	// probe reports a leak.
 	QuarantineOnProbeLeak bool
+	ToolServers           []ToolServer // tools.go
 }
 
 // DefaultProbeEveryMax is selftest.probe_every_max's default.

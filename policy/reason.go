@@ -68,6 +68,7 @@ var (
 	ReasonUpgrade               = newReason("upgrade", 403, "a protocol switch would carry data no rule checks: only WebSocket, on an inspected rule with upgrade: [websocket]; h2c never")
 	ReasonHeaderTooLarge        = newReason("header-too-large", 431, "request head over limits.header_bytes: send fewer or shorter headers")
 	ReasonURLTooLong            = newReason("url-too-long", 414, "request target over 8192 bytes: shorten it")
+	ReasonToolRefused           = newReason("tool-refused", 403, "this sandbox is not allowed egressd's tools (tools.identities): ask the operator")
 
 	// Tunnels closed after "200 Connection established": logged only.
 	ReasonSNIMismatch   = newReason("sni-mismatch", 0, "the TLS SNI names another host than the tunnel")

@@ -12,6 +12,7 @@ type metrics struct {
 	tunnels         prometheus.Gauge
 	decisionLatency prometheus.Histogram
 	probes          *prometheus.CounterVec // probe traffic, by its own identity
+	tools           *prometheus.CounterVec // agent requests made by the tool endpoint (also in requests)
 	acceptErrors    prometheus.Counter
 	responsesCut    *prometheus.CounterVec
 	shed            prometheus.Counter
@@ -41,6 +42,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		responsesCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_responses_cut_total", Help: "Allowed responses cut short by egressd: a limits.response_* bound, or the client left.",
 		}, []string{"why"}),
+		tools: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "egressd_tool_calls_total", Help: "Fetches by egressd's tool endpoint for sandboxes, by outcome and reason (also counted in egressd_requests_total).",
+		}, []string{"decision", "reason"}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "egressd_connections_shed_total", Help: "Client connections answered 503 fd-limit: too few file descriptors left above the reserve.",
 		}),
@@ -48,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.probes = newProbeMetric()
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.acceptErrors, m.probes)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.acceptErrors, m.probes, m.tools)
 	}
 	return m
 }

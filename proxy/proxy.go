@@ -22,6 +22,7 @@ import (
 	"github.com/elazarl/goproxy"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/honeytoken"
 	"github.com/egressd/egressd/inject"
 	"github.com/egressd/egressd/policy"
@@ -110,6 +111,8 @@ type Attempt struct {
 	// Kind, when set, names an alert of another kind than high-risk or
 	// evaluation (AlertProbeLabel, AlertProbeLeak).
 	Kind string `json:"kind,omitempty"`
+	// Via is event.ViaTool for a fetch by egressd's tool endpoint.
+	Via string `json:"via,omitempty"`
 }
 
 // Alert kinds besides high-risk and evaluation.
@@ -463,6 +466,9 @@ type request struct {
 	relayUpgrade bool
 	ws           bool
 	honey        *honeyHit // a honeytoken the request carried (the refusal's reason)
+	// via is event.ViaTool for a request egressd's tool endpoint made
+	// (tool.go), "" for a client's own.
+	via string
 	// release gives back the identity's connection slot ServeHTTP took;
 	// a tunnel that outlives ServeHTTP takes it over (nil afterwards).
 	release func()
@@ -484,7 +490,8 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rq := &request{start: start, method: r.Method, headBytes: head.size, w: w}
 	rq.identity, rq.source = x.identify(r)
-	if isProbeAPI(r) {
+	rq.via, _ = r.Context().Value(keyVia).(string)
+	if isProbeAPI(r) && rq.via == "" {
 		x.serveProbeAPI(w, r, rq.identity)
 		return
 	}
@@ -508,6 +515,10 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if id, ok := x.quarantined(rq); ok {
 		x.refuse(w, r, rq, policy.ReasonQuarantine, "identity "+id+" is quarantined")
+		return
+	}
+	if ok, detail := x.toolAllowed(rq); !ok {
+		x.refuse(w, r, rq, policy.ReasonToolRefused, detail)
 		return
 	}
 	// The budget is the source's: a token refines the name, never the
@@ -613,6 +624,9 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 		x.m.probes.WithLabelValues(rq.probe, decision, reason).Inc()
 		return
 	}
+	if rq.via == event.ViaTool {
+		x.m.tools.WithLabelValues(decision, reason).Inc()
+	}
 	x.m.requests.WithLabelValues(decision, reason, pageType, rule).Inc()
 	if highRisk {
 		x.m.highRisk.Inc()
@@ -626,7 +640,7 @@ func (x *Proxy) count(rq *request, decision, reason, pageType, rule string, high
 			host = rq.d.Host
 		}
 		at := Attempt{Time: time.Now(), Identity: rq.identity, Method: rq.method, Host: host, Port: rq.target.Port,
-			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval}
+			Decision: decision, Reason: reason, HighRisk: highRisk, Evaluation: eval, Via: rq.via}
 		if h := rq.honey; h != nil {
 			at.Honeytoken, at.HoneytokenOf, at.Where = string(h.token.Kind), h.token.Identity, h.where
 		}

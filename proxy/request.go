@@ -411,6 +411,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		slog.Int64(event.KeyBytes, in+out),
 		slog.String(event.KeyDetail, detail),
 		slog.Bool(event.KeyInspected, rq.tunnel != nil),
+		slog.String(event.KeyVia, rq.via),
 	}, rq.honeyAttrs()...)...)
 
 	x.count(rq, decision, reason.String(), d.PageType.String(), d.RuleName(), d.HighRisk)

@@ -41,6 +41,7 @@ var actionPages = map[string]bool{"login": true, "upload": true, "posting": true
 type DecisionLog struct {
 	lines, decisions, allowed, skipped int
 	probes                             int // decisions on probe traffic
+	toolCalls, toolDenied              int // sandbox decisions made via egressd's fetch tool
 	first, last                        time.Time
 	highRisk                           []decision
 	blocked                            []decision        // metadata and action pages refused
@@ -91,6 +92,12 @@ func parseDecisionLog(r io.Reader) (*DecisionLog, error) {
 			continue
 		}
 		dl.decisions++
+		if d.Via == event.ViaTool {
+			dl.toolCalls++
+			if d.Decision != event.Allow {
+				dl.toolDenied++
+			}
+		}
 		if dl.first.IsZero() || d.Time.Before(dl.first) {
 			dl.first = d.Time
 		}
@@ -360,6 +367,10 @@ type DecisionSummary struct {
 	Probe     int        `json:"probe_decisions"`
 	HighRisk  []decision `json:"high_risk"`
 	Blocked   []decision `json:"blocked_metadata_and_actions"`
+	// ToolCalls are the decisions on fetches by egressd's tool endpoint
+	// (via: tool), ToolDenied those refused: counted in Decisions too.
+	ToolCalls  int `json:"tool_calls"`
+	ToolDenied int `json:"tool_calls_denied"`
 }
 
 // WriteJSON writes the evidence pack as one JSON document.
@@ -372,7 +383,8 @@ func WriteJSON(w io.Writer, in Input) error {
 		pk.WallsErr = in.WallsErr.Error()
 	}
 	if dl := in.Log; dl != nil {
-		pk.Decisions = &DecisionSummary{File: in.LogFile, Decisions: dl.decisions, Allowed: dl.allowed, Probe: dl.probes, HighRisk: dl.highRisk, Blocked: dl.blocked}
+		pk.Decisions = &DecisionSummary{File: in.LogFile, Decisions: dl.decisions, Allowed: dl.allowed, Probe: dl.probes, HighRisk: dl.highRisk, Blocked: dl.blocked,
+			ToolCalls: dl.toolCalls, ToolDenied: dl.toolDenied}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
@@ -519,6 +531,9 @@ func writeDecisions(w io.Writer, dl *DecisionLog, file string) {
 		fmt.Fprintf(w, " between %s and %s", dl.first.Format(time.RFC3339), dl.last.Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, ", %d allowed, %d denied, %d high-risk", dl.allowed, denied, len(dl.highRisk))
+	if dl.toolCalls > 0 {
+		fmt.Fprintf(w, "; %d through egressd's fetch tool (%d denied)", dl.toolCalls, dl.toolDenied)
+	}
 	if dl.skipped > 0 {
 		fmt.Fprintf(w, " (%d lines were not JSON and were skipped)", dl.skipped)
 	}
@@ -532,7 +547,7 @@ func writeDecisions(w io.Writer, dl *DecisionLog, file string) {
 		for i := len(bl) - 1; i >= 0; i-- {
 			d := bl[i]
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", d.Time.UTC().Format(time.RFC3339), md(d.Identity),
-				md(fmt.Sprintf("%s %s:%d%s", d.Method, d.Host, d.Port, d.Path)), orDash(d.PageType), md(d.Reason))
+				md(requestOf(&d)), orDash(d.PageType), md(d.Reason))
 		}
 		fmt.Fprintln(w)
 	}
@@ -542,7 +557,7 @@ func writeDecisions(w io.Writer, dl *DecisionLog, file string) {
 		for i := len(hits) - 1; i >= 0; i-- {
 			d := hits[i]
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", d.Time.UTC().Format(time.RFC3339), md(d.Identity),
-				md(fmt.Sprintf("%s %s:%d%s", d.Method, d.Host, d.Port, d.Path)), d.Decision, md(d.Reason))
+				md(requestOf(&d)), d.Decision, md(d.Reason))
 		}
 		fmt.Fprintln(w)
 	}
@@ -564,6 +579,16 @@ func writeDecisions(w io.Writer, dl *DecisionLog, file string) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// requestOf is a decision's request as the tables show it, marked when
+// egressd's fetch tool made it for the sandbox.
+func requestOf(d *decision) string {
+	s := fmt.Sprintf("%s %s:%d%s", d.Method, d.Host, d.Port, d.Path)
+	if d.Via == event.ViaTool {
+		s += " (via tool)"
+	}
+	return s
 }
 
 // orDash shows an empty value as "-".

@@ -3,7 +3,9 @@ package runbox
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/egressd/egressd/daemon"
@@ -50,8 +52,24 @@ func Policy(p *policy.Policy, gw netip.Addr, transparent bool) *policy.Policy {
 		q.Listen.Transparent = port(p.Listen.Transparent, DefaultProxyPort+1)
 		q.Listen.TransparentHTTP = port(p.Listen.TransparentHTTP, DefaultProxyPort+2)
 	}
+	if p.Tools.Listen != "" {
+		// the tool endpoint moves with the proxy, and so does the
+		// self-test's entry for it
+		q.Tools.Listen = port(p.Tools.Listen, DefaultToolsPort)
+		q.Selftest.ToolServers = slices.Clone(p.Selftest.ToolServers)
+		for i, ts := range q.Selftest.ToolServers {
+			if u, err := url.Parse(ts.URL); err == nil && u.Host == p.Tools.Listen {
+				u.Host = q.Tools.Listen
+				q.Selftest.ToolServers[i].URL = u.String()
+			}
+		}
+	}
 	return &q
 }
+
+// DefaultToolsPort is the run's tool endpoint port when tools.listen
+// names none.
+const DefaultToolsPort = 8931
 
 // Spec is the wall of one run: the serve walls for rp (its listen keys on
 // the link's gateway address), matched on this run's link only.

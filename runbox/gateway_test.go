@@ -50,3 +50,30 @@ func TestPolicyOnlyMovesListen(t *testing.T) {
 }
 
 func mustAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// TestPolicyMovesToolsEndpoint: a run serves the tool endpoint on its
+// link like the proxy, and the self-test's entry for egressd's own
+// endpoint follows it; other tool servers stay as configured.
+func TestPolicyMovesToolsEndpoint(t *testing.T) {
+	p, err := policy.Parse(bytes.NewReader([]byte(`version: 1
+tools:
+  listen: 10.237.0.1:8931
+selftest:
+  tool_servers:
+    - {name: egressd, url: "http://10.237.0.1:8931/mcp"}
+    - {name: web, url: "http://127.0.0.1:8000/mcp"}
+`)), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := Policy(p, netip.MustParseAddr("10.201.0.9"), false)
+	if q.Tools.Listen != "10.201.0.9:8931" {
+		t.Errorf("tools.listen: %q, want 10.201.0.9:8931", q.Tools.Listen)
+	}
+	if got := q.Selftest.ToolServers; got[0].URL != "http://10.201.0.9:8931/mcp" || got[1].URL != "http://127.0.0.1:8000/mcp" {
+		t.Errorf("tool servers %+v", got)
+	}
+	if p.Selftest.ToolServers[0].URL != "http://10.237.0.1:8931/mcp" {
+		t.Errorf("the serve policy changed: %+v", p.Selftest.ToolServers)
+	}
+}

@@ -66,7 +66,7 @@ type runner struct {
 // catalog lists every probe the config asks for, in report order: the
 // direct probes first, then those through the proxy.
 func (r *runner) catalog() []probe {
-	return append(r.directProbes(), r.proxiedProbes()...)
+	return append(append(r.directProbes(), r.proxiedProbes()...), r.toolServerProbes()...)
 }
 
 // directProbes are the probes that go around the proxy: walls, DNS,

@@ -339,20 +339,9 @@ func (r *runner) canaryRequest() Request {
 // canaryLog fetches the canary server's request log: the run's token in it
 // means the canary request arrived.
 func (r *runner) canaryLog(ctx context.Context) outcome {
-	cl := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: r.c.LogDial, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.c.CanaryLog, nil)
-	if err != nil {
-		return errored("bad URL", err.Error())
-	}
-	req.Header.Set("User-Agent", r.userAgent())
-	resp, err := cl.Do(req)
-	if err != nil {
-		return errored("log unreachable", err.Error())
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return errored("log unreadable", fmt.Sprintf("GET %s: %d %v", r.c.CanaryLog, resp.StatusCode, err))
+	b, o := r.canaryLogBody(ctx)
+	if b == nil {
+		return o
 	}
 	if strings.Contains(string(b), r.token) {
 		return leak("token found", "the canary server logged this run's canary request: it got out")
@@ -368,6 +357,42 @@ func (r *runner) canaryLog(ctx context.Context) outcome {
 		return leak("identity token found", "the canary server logged the canary of "+strings.Join(who, ", ")+": that sandbox's canary got out")
 	}
 	return pass("token absent")
+}
+
+// canaryLogHas looks for tok in the canary server's request log.
+func (r *runner) canaryLogHas(ctx context.Context, tok string) outcome {
+	b, o := r.canaryLogBody(ctx)
+	switch {
+	case b == nil:
+		return o
+	case strings.Contains(string(b), tok):
+		return leak("token found", "the canary server logged a canary request with token "+tok)
+	}
+	return pass("token absent")
+}
+
+// canaryLogBody fetches the canary server's request log (with LogDial);
+// nil and the outcome to report when it cannot be read.
+func (r *runner) canaryLogBody(ctx context.Context) ([]byte, outcome) {
+	cl := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: r.c.LogDial, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.c.CanaryLog, nil)
+	if err != nil {
+		return nil, errored("bad URL", err.Error())
+	}
+	req.Header.Set("User-Agent", r.userAgent())
+	resp, err := cl.Do(req)
+	if err != nil {
+		return nil, errored("log unreachable", err.Error())
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, errored("log unreadable", fmt.Sprintf("GET %s: %d %v", r.c.CanaryLog, resp.StatusCode, err))
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b, outcome{}
 }
 
 // connectRefused asks for a tunnel to a host no rule covers.

@@ -187,6 +187,13 @@ type Config struct {
 	// virtual machine (only where the probes run as the sandbox does:
 	// `egressd probe`; egressd's own process is no sandbox).
 	Vsock bool
+	// ToolServers are MCP servers whose fetch-like tool must refuse what
+	// the policy refuses (toolserver.go); ToolDial reaches them, nil: a
+	// plain net.Dialer in the caller's namespace (tracked by egressd's own
+	// self-test, whose calls to egressd's endpoint pass its readiness
+	// gate).
+	ToolServers []ToolServer
+	ToolDial    DialFunc
 	// SkipDirect, if set, reports every direct-route probe as not run with
 	// this reason (for example "needs root"), and runs only the probes
 	// through the proxy and the resolver.
@@ -248,6 +255,10 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		var d net.Dialer
 		c.LogDial = d.DialContext
 	}
+	if c.ToolDial == nil {
+		var d net.Dialer
+		c.ToolDial = d.DialContext
+	}
 	token := make([]byte, 12)
 	rand.Read(token)
 	r := &runner{c: c, token: "egressd-selftest-" + hex.EncodeToString(token)}
@@ -282,6 +293,7 @@ func (c *Config) check() error {
 			errs = append(errs, fmt.Errorf("%q: want an absolute http:// or https:// URL", u))
 		}
 	}
+	errs = append(errs, checkToolServers(c.ToolServers)...)
 	seen := map[string]bool{}
 	for _, q := range c.Refused {
 		if q.ID == "" || seen[q.ID] {

@@ -28,12 +28,18 @@ func cmdProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	junit := fs.String("junit", "", "also write the report as JUnit XML to FILE")
 	every := fs.Duration("every", 0, "run again at this interval until stopped (a drift check), reporting each run")
+	var toolServers []selftest.ToolServer
+	fs.Func("tool-server", "a tool server this sandbox is given, NAME=URL[,tool=TOOL][,arg=ARG] (repeatable): its fetch must refuse what the policy refuses", func(v string) error {
+		ts, err := probe.ParseToolServer(v)
+		toolServers = append(toolServers, ts)
+		return err
+	})
 	cmdArgs, err := parseFlags(fs, args)
 	if err != nil || *every > 0 && len(cmdArgs) > 0 {
-		fmt.Fprintln(stderr, "usage: egressd probe [--proxy HOST:PORT] [--dns HOST:PORT] [--json] [--junit FILE] [--every D | -- CMD [ARGS]]")
+		fmt.Fprintln(stderr, "usage: egressd probe [--proxy HOST:PORT] [--dns HOST:PORT] [--tool-server NAME=URL]... [--json] [--junit FILE] [--every D | -- CMD [ARGS]]")
 		return exitUsage
 	}
-	o := probe.Options{Env: os.Environ()}
+	o := probe.Options{Env: os.Environ(), ToolServers: toolServers}
 	o.Home, _ = os.UserHomeDir()
 	if *proxyFlag != "" {
 		o.Proxy, err = probe.ParseProxy(ctx, *proxyFlag)

@@ -135,7 +135,15 @@ func (l *stLab) writeConfig(t *testing.T, extra string) string {
 // code, stdout and stderr.
 func (l *stLab) egressd(t *testing.T, cred *syscall.Credential, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := sandbox.NSExecCommandAs(l.bin, l.topo.Gateway.Path(), "", cred, append([]string{l.bin}, args...))
+	return l.egressdIn(t, l.topo.Gateway, cred, nil, args...)
+}
+
+// egressdIn runs the binary in namespace ns (the gateway, or the sandbox)
+// with env (nil: this process's).
+func (l *stLab) egressdIn(t *testing.T, ns *sandbox.NS, cred *syscall.Credential, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := sandbox.NSExecCommandAs(l.bin, ns.Path(), "", cred, append([]string{l.bin}, args...))
+	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })

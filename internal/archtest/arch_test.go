@@ -53,8 +53,11 @@ var allowed = map[string][]string{
 	"presets":         {"policy"},          // writes a config, checked by the parser
 	"suggest":         {"policy", "event"}, // reads decision logs and prints: never changes a config
 	"dnsfilter":       {"policy", "event", "honeytoken", "dnsclient"},
-	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan", "honeytoken"},
+	"daemon":          {"policy", "proxy", "dnsfilter", "audit", "ca", "nft", "selftest", "selftest/plan", "honeytoken", "tools"},
 	"runbox":          {"ca", "daemon", "event", "nft", "policy", "sandbox", "honeytoken"},
+	// the MCP fetch endpoint: every fetch goes through the proxy, which
+	// it sees only as an interface (tools.Checkpoint)
+	"tools": {},
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
 	"selftest/plan":    {"policy", "proxy", "selftest"},

@@ -1,6 +1,7 @@
 // Package testutil holds the helpers that tests of several packages share:
 // load measurements for benchmarks (MeasureLoad, CPUSeconds, PeakRSSMiB) and
 // a log sink that a test can wait on (a readiness signal instead of a
-// sleep). It has no production users; internal/archtest keeps it out of
+// sleep), and a careless MCP fetch server (a negative control for the
+// tool-server probes). It has no production users; internal/archtest keeps it out of
 // production code.
 package testutil

@@ -97,6 +97,9 @@ func Derive(p *policy.Policy, roots *x509.CertPool) selftest.Config {
 			}
 		}
 	}
+	for _, ts := range st.ToolServers {
+		c.ToolServers = append(c.ToolServers, selftest.ToolServer{Name: ts.Name, URL: ts.URL, Tool: ts.Tool, Arg: ts.Arg})
+	}
 	c.Refused = refusedRequests(p)
 	c.Own = ownListeners(p)
 	c.InspectHost, c.HeadBytes = inspectHost(p), p.Limits.HeaderBytes

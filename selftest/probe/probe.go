@@ -58,6 +58,9 @@ type Options struct {
 	// locations into the report, never values); Env nil: no scan.
 	Env  []string
 	Home string
+	// ToolServers are the MCP tool servers this sandbox is given
+	// (--tool-server): each must refuse what the policy refuses.
+	ToolServers []selftest.ToolServer
 }
 
 func (o *Options) dial() selftest.DialFunc {
@@ -124,6 +127,7 @@ func Run(ctx context.Context, p *Plan, o Options) (*selftest.Report, error) {
 	c := p.Targets.Config()
 	c.Dial = o.dial()
 	c.Proxy, c.DNS = o.Proxy, o.DNS
+	c.ToolServers, c.ToolDial = o.ToolServers, o.dial()
 	c.UserAgent = p.UserAgent()
 	c.HostSockets = selftest.HostSocketPaths() // here, the probes see the sandbox's files
 	c.Vsock = true                             // and run as the sandbox does

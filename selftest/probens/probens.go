@@ -163,12 +163,15 @@ type Env struct {
 func (e *Env) Close() { e.close() }
 
 // Apply sets c's socket hooks and the proxy and resolver addresses; the
-// proxy and resolver connections are tracked in Conns. The resolver is
+// proxy and resolver connections are tracked in Conns, and so are those to
+// tool servers (from this namespace, like the canary log): egressd's own
+// tool endpoint lets them through its readiness gate as the self-test. The resolver is
 // asked over TCP: the DNS filter exempts only TCP clients in Conns, whose
 // address a handshake proved (a UDP source can be spoofed).
 func (e *Env) Apply(c *selftest.Config) {
 	c.Dial, c.ProxyDial, c.ResolverDial, c.ListenICMP, c.SkipDirect = e.dial, Conns.track(e.proxyDial), Conns.track(e.dnsDial), e.listenICMP, e.skip
 	c.Proxy, c.DNS, c.ResolverTCP = e.proxy, e.dns, true
+	c.ToolDial = Conns.track(loopbackDialer())
 }
 
 // Conns holds the local addresses of the self-test's open connections to
