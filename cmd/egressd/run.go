@@ -32,7 +32,7 @@ func cmdRun(ctx context.Context, args []string, _, stderr io.Writer) int {
 	noProbe := fs.Bool("no-probe", false, "start CMD without proving the sandbox sealed first (loudly)")
 	noTransparent := fs.Bool("no-transparent", false, "do not redirect the sandbox's TCP 443 and 80 to the checkpoint")
 	honeytokens := fs.Bool("honeytokens", false, "place canary credentials in CMD's environment (as honeytokens: true): any of them on the way out is refused and alerted")
-	identity := fs.String("identity", "", "log and decide the sandbox's traffic as identity NAME (rules naming it apply), so trial runs of one agent add up for `egressd suggest --identity NAME`")
+	identity := fs.String("identity", "", "log and decide the sandbox's traffic as identity NAME (rules naming it apply), so trial runs of one agent add up for egressd suggest --identity NAME")
 	argv, err := parseRunArgs(fs, args)
 	if err != nil || len(argv) == 0 {
 		fmt.Fprintln(stderr, "usage: egressd run [--config FILE] [--user U] [--state-dir D] [--log FILE] [--log-level L] [--clean-env] [--env KEY]... [--no-probe] [--no-transparent] [--identity NAME] -- CMD [ARGS...]")

@@ -181,24 +181,51 @@ func (e *Env) Apply(c *selftest.Config) {
 // the DNS filter's Exempt, which daemon wires from it) = Conns.Has these
 // connections, and only they, pass the readiness gate (and are labelled
 // egressd-selftest by the proxy).
-var Conns = ConnSet{m: map[netip.AddrPort]int{}}
+var Conns = ConnSet{m: map[netip.AddrPort]int{}, closed: map[netip.AddrPort]time.Time{}}
 
-// ConnSet is a set of open connections by local address.
+// connLinger is how long a closed connection's address stays in a
+// ConnSet. A probe that gives up (its timeout, on a loaded machine) closes
+// its connection while egressd may not yet have read the request it sent:
+// decided after the address left the set, that request would count as an
+// agent's (a metadata probe as a high-risk attempt, an alert). The address
+// cannot come back as another client's meanwhile: the probe closed first,
+// so its end of the connection holds TIME_WAIT for 60 s, and in a probe
+// namespace no other client has its address at all.
+const connLinger = 30 * time.Second
+
+// ConnSet is a set of open (and just closed, connLinger) connections by
+// local address.
 type ConnSet struct {
-	mu sync.Mutex
-	m  map[netip.AddrPort]int
+	mu     sync.Mutex
+	m      map[netip.AddrPort]int
+	closed map[netip.AddrPort]time.Time // when a closed address leaves the set
+	now    func() time.Time             // tests move it; nil: time.Now
 }
 
-// Has reports whether ap is the local address of an open connection.
+func (s *ConnSet) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// Has reports whether ap is the local address of an open connection, or of
+// one closed less than connLinger ago.
 func (s *ConnSet) Has(ap netip.AddrPort) bool {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] > 0
+	if s.m[ap] > 0 {
+		return true
+	}
+	until, ok := s.closed[ap]
+	return ok && s.clock().Before(until)
 }
 
 // track wraps a dialer so that each connection's local address is in the
-// set while the connection is open (a connected UDP socket's too: its
-// address and port are the source of each query it sends).
+// set while the connection is open and connLinger after (a connected UDP
+// socket's too: its address and port are the source of each query it
+// sends).
 func (s *ConnSet) track(dial selftest.DialFunc) selftest.DialFunc {
 	if dial == nil {
 		return nil // the caller's default applies
@@ -213,16 +240,29 @@ func (s *ConnSet) track(dial selftest.DialFunc) selftest.DialFunc {
 			return c, nil
 		}
 		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-		s.mu.Lock()
-		s.m[ap]++
-		s.mu.Unlock()
-		return &trackedConn{Conn: c, done: func() {
-			s.mu.Lock()
-			if s.m[ap]--; s.m[ap] <= 0 {
-				delete(s.m, ap)
-			}
-			s.mu.Unlock()
-		}}, nil
+		s.add(ap)
+		return &trackedConn{Conn: c, done: func() { s.remove(ap) }}, nil
+	}
+}
+
+func (s *ConnSet) add(ap netip.AddrPort) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	for a, until := range s.closed { // forget what has lingered long enough
+		if !now.Before(until) {
+			delete(s.closed, a)
+		}
+	}
+	s.m[ap]++
+}
+
+func (s *ConnSet) remove(ap netip.AddrPort) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[ap]--; s.m[ap] <= 0 {
+		delete(s.m, ap)
+		s.closed[ap] = s.clock().Add(connLinger)
 	}
 }
 

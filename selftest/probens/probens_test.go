@@ -1,10 +1,14 @@
 package probens
 
 import (
+	"context"
 	"errors"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
@@ -104,5 +108,60 @@ func TestVerdictProxyOnly(t *testing.T) {
 	root := selftest.Result{ID: "tcp/y", Status: selftest.NotRun, Detail: NeedsRoot}
 	if v := Verdict(&selftest.Report{Results: []selftest.Result{pass, skipped, root}}, nil); v.Sealed || v.Err == nil {
 		t.Errorf("needs root: %+v, want incomplete", v)
+	}
+}
+
+// TestConnSetLingers: a probe that gave up and closed its connection is
+// still the self-test's while egressd may be deciding what it sent (else
+// that request counts as an agent's: a metadata probe became a high-risk
+// attempt and an alert on a loaded machine), and no longer once
+// connLinger has passed; a fresh connection from the same address counts
+// again while open.
+func TestConnSetLingers(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := &ConnSet{m: map[netip.AddrPort]int{}, closed: map[netip.AddrPort]time.Time{}, now: func() time.Time { return now }}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	dial := s.track(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	})
+	c, err := dial(t.Context(), "tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort(c.LocalAddr().String())
+	if !s.Has(ap) {
+		t.Fatal("an open probe connection is not in the set")
+	}
+	c.Close()
+	if !s.Has(ap) {
+		t.Error("a probe connection closed just now left the set: what it sent would be decided as an agent's")
+	}
+	now = now.Add(connLinger)
+	if s.Has(ap) {
+		t.Error("a probe connection closed connLinger ago is still in the set")
+	}
+	c2, err := dial(t.Context(), "tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if len(s.closed) != 0 {
+		t.Errorf("expired entries kept: %v", s.closed)
+	}
+	if !s.Has(netip.MustParseAddrPort(c2.LocalAddr().String())) {
+		t.Error("a second open connection is not in the set")
 	}
 }
