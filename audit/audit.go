@@ -120,6 +120,10 @@ type Sink struct {
 	onChange   func(ok bool, err error)
 	reportedOK bool    // the state onChange last heard (or OnChange found)
 	sign       *signer // signed checkpoints (sign.go); nil: none
+	// tunnelsOpen is how many tunnel open records of this session have
+	// no close record written yet: the seal states it, and Verify reports
+	// a sealed session where it is not 0 as incomplete.
+	tunnelsOpen int
 }
 
 // pendingMeta is a session record that could not be written yet.
@@ -365,7 +369,7 @@ func (s *Sink) Close() error {
 	// seal and close under one lock: no record may follow the seal
 	err := s.flushLocked()
 	if err == nil {
-		err = s.metaLocked(kindSeal)
+		err = s.metaLocked(kindSeal, sealTunnelsOpen, s.tunnelsOpen)
 	}
 	if err == nil {
 		err = s.owedLocked() // the seal's checkpoint
@@ -568,10 +572,34 @@ func (h *handler) write(ctx context.Context, r slog.Record) (Anchor, error) {
 		s.lost++
 	}
 	if err == nil {
+		s.tunnelsOpen += tunnelDelta(r)
 		s.signedLine(kindRecord)
 		s.owedLocked() //nolint:errcheck // stays owed; the record itself was written
 	}
 	return a, err
+}
+
+// sealTunnelsOpen is the seal's count of tunnels whose close record was
+// never written.
+const sealTunnelsOpen = "tunnels_open"
+
+// tunnelDelta is +1 for a tunnel's open record, -1 for its close record,
+// 0 for any other.
+func tunnelDelta(r slog.Record) int {
+	d := 0
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key != event.KeyTunnel {
+			return true
+		}
+		switch a.Value.String() {
+		case event.TunnelOpen:
+			d = 1
+		case event.TunnelClose:
+			d = -1
+		}
+		return false
+	})
+	return d
 }
 
 func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/egressd/egressd/event"
 )
 
 // Kind says how a log was tampered with.
@@ -28,6 +30,10 @@ const (
 	Inserted  Kind = "inserted"  // a duplicated line, or a line the writer could not have written there
 	Truncated Kind = "truncated" // the tail is missing: no seal, a cut line, or an anchor beyond the end
 	Unsigned  Kind = "unsigned"  // with a key: no valid signature covers the line
+	// Incomplete: the chain is intact, but a session was sealed with
+	// tunnels whose close record was never written (records lost at a
+	// stop that did not wait for them).
+	Incomplete Kind = "incomplete"
 )
 
 // ErrTampered is wrapped by every *TamperError.
@@ -106,7 +112,7 @@ type VerifyOptions struct {
 // Report describes a log that verified.
 type Report struct {
 	Lines        int    // complete lines read
-	Records      int    // decision records
+	Records      int    // decision records (tunnel open and close records are counted in Tunnels)
 	Sessions     int    // open records (one per writer start)
 	Sealed       bool   // the last line is a seal
 	Head         Anchor // the last line
@@ -114,6 +120,8 @@ type Report struct {
 	UnsealedEnds []int  // last lines of sessions that ended without a seal
 	PartialTail  bool   // Live only: an incomplete last line was ignored
 	Lost         int    // "lost" records: places where failed writes (a full disk) left lines out
+	Tunnels      int    // tunnel open records
+	OpenTunnels  int    // Live: tunnels of the last session with no close record yet
 
 	Checkpoints    int         // checkpoint lines
 	LastCheckpoint *Checkpoint // the last one, nil if none
@@ -220,6 +228,7 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		bad      *badLine                        // a malformed line awaiting its recover record
 		sealed   bool                            // the last line other than a checkpoint is a seal
 		kr       = newKeyring(o.Key, o.FinalKey) // nil without a key
+		open     int                             // the session's tunnels without a close record yet
 	)
 	fail := func(line int, k Kind, format string, args ...any) (Report, error) {
 		return rep, &TamperError{Line: line, Kind: k, Detail: fmt.Sprintf(format, args...)}
@@ -268,7 +277,10 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 		if sealed, err = afterLine(line, n, h.kind, prevKind, sealed, kr, &rep); err != nil {
 			return rep, err
 		}
-		rep.count(h.kind)
+		if te := rep.countTunnels(n, h.kind, line, &open); te != nil {
+			return rep, te
+		}
+		rep.count(h.kind, line)
 		if te := anchorError(anchors, n, h.seq, sum); te != nil {
 			return rep, te
 		}
@@ -280,6 +292,7 @@ func Verify(r io.Reader, o VerifyOptions) (Report, error) {
 	}
 	rep.Head = Anchor{Seq: prevSeq, Hash: hex.EncodeToString(prevHash[:])}
 	rep.Sealed = sealed
+	rep.OpenTunnels = open
 	if rep.Lines == 0 {
 		return fail(1, Truncated, "no complete line: an audit log starts with an open record")
 	}
@@ -359,13 +372,54 @@ func sessionError(n int, kind, prevKind string, sealed, strict bool, rep *Report
 	return nil
 }
 
+// Tunnel records, as the JSON handler writes the keys of package event:
+// a string value's quotes are escaped, so these bytes are only ever the
+// record's own key and value.
+var (
+	tunnelOpenKV  = []byte(`"` + event.KeyTunnel + `":"` + event.TunnelOpen + `"`)
+	tunnelCloseKV = []byte(`"` + event.KeyTunnel + `":"` + event.TunnelClose + `"`)
+)
+
+// countTunnels follows the session's open tunnels (open) over line n of
+// kind: an open record adds one, a close record takes one; a seal must
+// state the same count, and a sealed session with a tunnel that has no
+// close record is incomplete (its end was never recorded).
+func (rep *Report) countTunnels(n int, kind string, line []byte, open *int) *TamperError {
+	switch kind {
+	case kindOpen:
+		*open = 0 // a crash ended the last session: its tunnels ended with it
+	case kindRecord:
+		switch {
+		case bytes.Contains(line, tunnelOpenKV):
+			*open++
+			rep.Tunnels++
+		case bytes.Contains(line, tunnelCloseKV):
+			*open--
+		}
+	case kindSeal:
+		var seal struct {
+			Open *int `json:"tunnels_open"`
+		}
+		json.Unmarshal(line, &seal) //nolint:errcheck // parseHeader checked it is one JSON object
+		if seal.Open != nil && *seal.Open != *open {
+			return tamper(n, Incomplete, "the seal states %d open tunnel(s), the session's records leave %d", *seal.Open, *open)
+		}
+		if *open > 0 {
+			return tamper(n, Incomplete, "sealed with %d tunnel(s) whose close record was never written: their end is not in the log", *open)
+		}
+	}
+	return nil
+}
+
 // count counts a line of kind in the report's totals.
-func (rep *Report) count(kind string) {
+func (rep *Report) count(kind string, line []byte) {
 	switch kind {
 	case kindOpen:
 		rep.Sessions++
 	case kindRecord:
-		rep.Records++
+		if !bytes.Contains(line, tunnelOpenKV) && !bytes.Contains(line, tunnelCloseKV) {
+			rep.Records++ // a decision
+		}
 	case kindLost:
 		rep.Lost++
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,11 @@ import (
 const (
 	alertQueue    = 1024
 	maxAlertBatch = 100
+	// maxAlertIdentities caps the identities with a series of their own
+	// in egressd_alerts_total; alertSeriesTTL drops the series of an
+	// identity quiet that long.
+	maxAlertIdentities = 1000
+	alertSeriesTTL     = time.Hour
 )
 
 type alerter struct {
@@ -35,18 +41,53 @@ type alerter struct {
 	dropped prometheus.Counter
 	posts   *prometheus.CounterVec
 	client  *http.Client
+	now     func() time.Time
+
+	mu   sync.Mutex
+	seen map[string]time.Time // identities with a series, last alert
+}
+
+// otherIdentity is the series of identities beyond maxAlertIdentities.
+const otherIdentity = "_other"
+
+// seriesIdentity is the identity label an alert of id counts under: its
+// own while fewer than maxAlertIdentities have one, else otherIdentity.
+func (a *alerter) seriesIdentity(id string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.seen[id]; !ok && len(a.seen) >= maxAlertIdentities {
+		id = otherIdentity
+	}
+	a.seen[id] = a.now()
+	return id
+}
+
+// expire drops the series of identities quiet for alertSeriesTTL (a
+// sandbox that is gone), so the series do not grow with every sandbox
+// ever seen.
+func (a *alerter) expire() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, last := range a.seen {
+		if a.now().Sub(last) > alertSeriesTTL {
+			delete(a.seen, id)
+			a.total.DeletePartialMatch(prometheus.Labels{"identity": id})
+		}
+	}
 }
 
 func newAlerter(log *slog.Logger, hook func() (string, time.Duration)) *alerter {
 	return &alerter{
 		log: log, ch: make(chan proxy.Attempt, alertQueue), hook: hook,
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_alerts_total",
-			Help: "Attempts that raised an alert, by identity and kind (high-risk, evaluation, probe-label, probe-leak)."}, []string{"identity", "kind"}),
+			Help: "Attempts that raised an alert, by identity and kind (high-risk, evaluation, probe-label, probe-leak); at most 1000 identities have a series (the rest count as _other), and an identity's series goes after an hour without alerts."}, []string{"identity", "kind"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_alerts_dropped_total",
 			Help: "Alerts not sent to the webhook: the queue was full or the batch over its cap (each is still logged and counted)."}),
 		posts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_alert_webhook_posts_total",
 			Help: "Alert webhook POSTs by result (ok, error)."}, []string{"result"}),
 		client: &http.Client{Timeout: 10 * time.Second},
+		now:    time.Now,
+		seen:   map[string]time.Time{},
 	}
 }
 
@@ -61,7 +102,7 @@ func (a *alerter) attempt(at proxy.Attempt) {
 	case !at.HighRisk:
 		kind = "evaluation"
 	}
-	a.total.WithLabelValues(at.Identity, kind).Inc()
+	a.total.WithLabelValues(a.seriesIdentity(at.Identity), kind).Inc()
 	a.log.Error("alert: "+kind+" attempt", "identity", at.Identity, "method", at.Method, "host", at.Host, "port", at.Port,
 		"decision", at.Decision, "reason", at.Reason, "high_risk", at.HighRisk, "evaluation", at.Evaluation,
 		"honeytoken", at.Honeytoken, "honeytoken_of", at.HoneytokenOf, "where", at.Where)
@@ -74,11 +115,16 @@ func (a *alerter) attempt(at proxy.Attempt) {
 
 // run batches queued attempts and posts them until ctx ends.
 func (a *alerter) run(ctx context.Context) {
+	sweep := time.NewTicker(alertSeriesTTL / 6)
+	defer sweep.Stop()
 	for {
 		var first proxy.Attempt
 		select {
 		case <-ctx.Done():
 			return
+		case <-sweep.C:
+			a.expire()
+			continue
 		case first = <-a.ch:
 		}
 		url, window := a.hook()

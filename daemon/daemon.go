@@ -8,6 +8,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -47,6 +49,20 @@ type Verdict struct {
 	Untestable []string
 	Err        error  // the run could not complete (counts as not sealed)
 	Note       string // what a sealed run did not cover (shown in /readyz)
+	// Incomplete: no leak found, but probes did not run or could not
+	// tell (an upstream did not answer): not a proof, and not a leak.
+	Incomplete bool
+	// HistoryErr: the run could not be written to the self-test history
+	// (a read-only or full state directory): evidence lost, shown.
+	HistoryErr error
+}
+
+// outageOnly reports whether a verdict that is not sealed failed only for
+// want of answers from upstreams (positive controls failed, probes that
+// could not tell) and holds no leak (Leaked, the self-test's definition:
+// evidence that something got past the policy or the walls).
+func outageOnly(v Verdict) bool {
+	return !v.Leaked() && (len(v.ControlsFailed) > 0 || v.Incomplete)
 }
 
 // Leaked reports whether the verdict holds evidence of a leak (a probe
@@ -65,6 +81,13 @@ type Options struct {
 	// Walls applies the kernel rules for a policy (nil: no walls managed
 	// here). Called on start and on every reload, before Verify.
 	Walls func(ctx context.Context, p *policy.Policy) error
+	// WallsSame reports whether two policies need the same kernel walls. A
+	// reload whose candidate needs other walls cannot be verified beside
+	// the policy in force (the walls are the host's, one set for all): it
+	// goes in force gated (503 not-ready) while verified, and is rolled
+	// back if it fails. Nil with Walls set: every reload counts as a walls
+	// change.
+	WallsSame func(a, b *policy.Policy) bool
 	// WallsCheck reads the walls back and repairs drift (tampering), on
 	// start and every WallsInterval; nil: no drift check.
 	WallsCheck    func(ctx context.Context, p *policy.Policy) (drift []string, err error)
@@ -95,6 +118,17 @@ type Options struct {
 	// ProbeResult records an in-sandbox probe's result (the history);
 	// nil: kept in memory and metrics only.
 	ProbeResult func(ProbeResult) error
+	// CACheck reads egressd's CA back from the state directory (nil: no
+	// check): a key deleted or corrupted at runtime is reported every
+	// CAInterval (0: a minute), not at the next restart that refuses to
+	// start.
+	CACheck    func() error
+	CAInterval time.Duration
+	// notifyHook replaces the webhook POST (tests): it gets the event.
+	notifyHook func(event string)
+	// OutageRetry is the first wait before a degraded deployment's
+	// self-test runs again (it doubles up to maxOutageRetry). 0: 2s.
+	OutageRetry time.Duration
 	// Booted, when set, is called once the boot self-test has set the
 	// readiness (`egressd run` starts its command only then).
 	Booted func(Verdict)
@@ -126,15 +160,29 @@ type Daemon struct {
 	tools *http.Server // tools.listen: the MCP endpoint (package tools)
 
 	reloadMu sync.Mutex
-	pol      atomic.Pointer[policy.Policy]
+	// next is the reload round that triggers arriving now join (nil: the
+	// next trigger starts one): a burst of triggers while a candidate is
+	// verified is one more reload, not one each.
+	nextMu sync.Mutex
+	next   *reloadRound
+	pol    atomic.Pointer[policy.Policy]
+	// cand is the candidate a reload is verifying beside the policy in
+	// force: it decides only the self-test's own connections.
+	cand atomic.Pointer[policy.Policy]
+	// retired is the policy verified before the last swap: requests it
+	// decided just before the swap still pass the gate (it was verified;
+	// weak, so the gate keeps no old policy alive).
+	retired atomic.Pointer[weak.Pointer[policy.Policy]]
 	// verified is the policy whose self-test last passed (or, with
 	// NoSelftest, the policy in force). The proxy's gate compares it with
 	// the policy that decided each request: swap and gate are one step.
 	verified atomic.Pointer[policy.Policy]
 	ready    atomic.Bool            // the walls' last self-test (boot, scheduled) sealed
+	stopping atomic.Bool            // a stop is draining: /readyz 503, the door still serves what is open
 	status   atomic.Pointer[string] // why not ready, or the no-selftest warning
 	interval chan struct{}          // a reload changed selftest.interval
 	booted   chan struct{}          // closed once the boot self-test has set readiness
+	draining chan struct{}          // closed when a stop begins
 	watching chan struct{}          // closed once WatchReload handles SIGHUP and file changes
 	watchUp  sync.Once
 	audit    *audit.Sink
@@ -144,6 +192,13 @@ type Daemon struct {
 	selftests     *prometheus.CounterVec
 	lastSealed    prometheus.Gauge
 	verifiedGauge prometheus.Gauge // egressd_verified
+	degradedGauge prometheus.Gauge // egressd_selftest_degraded
+	// degraded is set while a scheduled self-test of the verified policy
+	// could only fail for an outage: the policy keeps serving and the
+	// self-test runs again after retryWait (doubling).
+	degraded  atomic.Bool
+	degradeCh chan struct{} // tells Run to arm the retry
+	retryWait time.Duration // owned by Run's loop
 
 	probes *probes
 	alerts *alerter
@@ -151,6 +206,9 @@ type Daemon struct {
 	honey      *honeytoken.Registry
 	honeyWatch *honeytoken.Watch // nil without a HoneytokenDir
 	honeyErr   string            // the store's last error, logged once
+	vis        visible
+	notesMu    sync.Mutex
+	notes      map[string]string // degradations /readyz names, by kind
 
 	proxyAddr, dnsAddr, adminAddr, toolsAddr string
 	closers                                  []io.Closer
@@ -168,17 +226,24 @@ func New(opt Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), booted: make(chan struct{}), watching: make(chan struct{})}
+	d := &Daemon{opt: opt, log: opt.Logger, reg: prometheus.NewRegistry(), interval: make(chan struct{}, 1), degradeCh: make(chan struct{}, 1), draining: make(chan struct{}), booted: make(chan struct{}), watching: make(chan struct{})}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(ReadBuildInfo()))
 	d.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_reloads_total", Help: "Config reloads by result (applied, invalid, rolled-back, rollback-failed)."}, []string{"result"})
 	d.selftests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egressd_selftest_runs_total", Help: "Self-test runs by trigger and result."}, []string{"trigger", "result"})
 	d.lastSealed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_last_sealed_timestamp_seconds", Help: "When the self-test last found no leak."})
 	d.drift = prometheus.NewCounter(prometheus.CounterOpts{Name: "egressd_walls_drift_total", Help: "Times the kernel walls differed from the spec (tampering or drift) and were re-applied."})
 	d.verifiedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_verified", Help: "1 while the last self-test found the deployment sealed; 0 before the first, after a leak or an incomplete run, and always under --no-selftest."})
-	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verifiedGauge)
+	d.degradedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "egressd_selftest_degraded", Help: "1 while the scheduled self-test cannot prove the walls for an outage (positive controls failed, probes could not tell; no leak): the verified policy keeps serving and the self-test is retried with backoff."})
+	d.reg.MustRegister(d.reloads, d.selftests, d.lastSealed, d.drift, d.verifiedGauge, d.degradedGauge)
+	d.notes = map[string]string{}
+	d.registerVisible()
 	d.pol.Store(p)
 	d.setStatus("starting: waiting for the boot self-test")
-	d.probes = newProbes(d.log.With("component", "probe"), opt.ProbeResult)
+	save := opt.ProbeResult
+	if save != nil { // an in-sandbox probe's run that cannot be recorded is shown
+		save = func(r ProbeResult) error { err := opt.ProbeResult(r); d.historyResult(err); return err }
+	}
+	d.probes = newProbes(d.log.With("component", "probe"), save)
 	d.probes.setPolicy(p)
 	d.reg.MustRegister(d.probes)
 	d.reg.MustRegister(opt.Collectors...)
@@ -219,7 +284,7 @@ func New(opt Options) (*Daemon, error) {
 		d.dns, err = dnsfilter.New(dnsfilter.Config{Policy: d.pol.Load, Logger: d.log.With("component", "dns"), Registerer: d.reg, NameBudget: names,
 			// allowed names are answered only from the verified policy with
 			// the walls sealed, as the proxy; the self-test's probes pass
-			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt, Honeytokens: d.honey, OnHoneytoken: d.dnsHoneytoken,
+			Gate: d.verifiedGate, Exempt: opt.ProxyConfig.ReadyExempt, Candidate: d.cand.Load, Honeytokens: d.honey, OnHoneytoken: d.dnsHoneytoken,
 			Answered: opt.DNSAnswered})
 		if err != nil {
 			return nil, fmt.Errorf("dns filter: %w", err)
@@ -243,6 +308,12 @@ func (d *Daemon) Ready() (bool, string) {
 	if refuse, note := d.auditState(d.Policy()); note != "" {
 		ok = ok && !refuse
 		why = note + "; " + why
+	}
+	if note := d.degradedNote(); note != "" {
+		why = note + "; " + why
+	}
+	if d.stopping.Load() {
+		ok, why = false, "stopping: draining open tunnels and requests, then sealing; "+why
 	}
 	return ok, why
 }
@@ -270,10 +341,18 @@ func (d *Daemon) verifiedGate(p *policy.Policy) (reason policy.Reason, detail st
 	if !d.ready.Load() {
 		return policy.ReasonNotReady, "egressd is not ready: " + *d.status.Load()
 	}
-	if d.verified.Load() != p {
+	if v := d.verified.Load(); v != p && !d.wasVerified(p) {
 		return policy.ReasonNotReady, notVerified
 	}
 	return policy.ReasonAllowed, ""
+}
+
+// wasVerified reports whether p is the policy the last swap retired: it
+// was verified, and a request it decided an instant before the swap is
+// let through rather than refused.
+func (d *Daemon) wasVerified(p *policy.Policy) bool {
+	r := d.retired.Load()
+	return r != nil && p != nil && r.Value() == p
 }
 
 // watchAudit registers the audit metrics and logs each change of the
@@ -433,6 +512,9 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		defer ht.Stop()
 		honeyTick = ht.C
 	}
+	caTick, caStop := d.caTicker()
+	defer caStop()
+	var retry <-chan time.Time // the next self-test of a degraded deployment
 	var auditTick <-chan time.Time
 	if d.audit != nil {
 		at := time.NewTicker(time.Second)
@@ -447,6 +529,8 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			d.checkWalls(ctx)
 		case <-honeyTick:
 			d.refreshHoneytokens()
+		case <-caTick:
+			d.checkCA()
 		case <-auditTick:
 			// refused traffic may be all there is: try again on our own
 			if ok, _ := d.audit.OK(); !ok {
@@ -459,6 +543,14 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 			}
 		case <-tick.C:
 			d.scheduled(ctx)
+		case <-d.degradeCh:
+			retry = d.nextRetry(retry)
+		case <-retry:
+			retry = nil
+			if d.degraded.Load() { // not sealed (or leaked) meanwhile
+				d.scheduledAs(ctx, "outage-retry")
+			}
+			retry = d.nextRetry(retry)
 		case <-d.interval:
 			if iv := d.Policy().Selftest.Interval; iv != every {
 				every = iv
@@ -469,18 +561,37 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	}
 }
 
+// recordWait bounds how long a stop waits, after the grace, for closed
+// tunnels to write their last records before it seals without them (the
+// seal then counts them, and `audit verify` reports the log incomplete).
+const recordWait = 10 * time.Second
+
+// shutdown drains, then seals: no new clients from now on (listeners
+// closed, /readyz 503 "stopping"); open tunnels and requests get
+// limits.shutdown_grace to end; the rest are closed; every tunnel's last
+// records are written; only then is the audit log sealed.
 func (d *Daemon) shutdown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	errs := []error{d.px.Shutdown(ctx)}
+	close(d.draining)
+	start := time.Now()
+	grace := d.Policy().Limits.ShutdownGrace
+	d.stopping.Store(true)
 	for _, c := range d.closers {
 		c.Close()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace+recordWait)
+	defer cancel()
+	var errs []error
 	if d.dns != nil {
 		errs = append(errs, d.dns.Shutdown(ctx))
 	}
+	d.log.Info("stopping: accepting no new clients; open tunnels and requests may finish", "tunnels", d.px.OpenTunnels(), "grace", grace.String())
+	cut, err := d.px.Drain(ctx, grace)
+	errs = append(errs, err)
+	d.log.Info("drained", "closed_at_grace", cut, "tunnels_unrecorded", d.px.OpenTunnels(), "duration", time.Since(start).Round(time.Millisecond).String())
 	if d.admin != nil {
-		errs = append(errs, d.admin.Shutdown(ctx))
+		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+		errs = append(errs, d.admin.Shutdown(actx))
+		acancel()
 	}
 	if d.tools != nil {
 		errs = append(errs, d.tools.Shutdown(ctx))
@@ -538,6 +649,11 @@ func (d *Daemon) boot(ctx context.Context) {
 	}
 }
 
+// Draining is closed once a stop has begun: no new clients are
+// accepted, and open tunnels and requests have limits.shutdown_grace to
+// end before they are closed and the audit log is sealed.
+func (d *Daemon) Draining() <-chan struct{} { return d.draining }
+
 // Booted is closed once the boot self-test has run and set readiness,
 // ready or not (Ready says which): the signal to wait for instead of the
 // "ready" line when readiness may not come (a leak, a full audit disk).
@@ -551,6 +667,7 @@ func (d *Daemon) Watching() <-chan struct{} { return d.watching }
 func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) Verdict {
 	start := time.Now()
 	v := d.opt.Verify(ctx, p)
+	d.historyResult(v.HistoryErr)
 	result := "sealed"
 	switch {
 	case len(v.Leaks) > 0:
@@ -577,6 +694,9 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 // scheduled): a sealed run also marks p verified.
 func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	d.verifiedGauge.Set(0)
+	if !v.Sealed || v.Err != nil {
+		d.retired.Store(nil) // only the policy this run verifies may pass again
+	}
 	switch {
 	case len(v.Leaks) > 0:
 		d.ready.Store(false)
@@ -602,9 +722,36 @@ func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	}
 }
 
+// maxOutageRetry caps the backoff between the self-tests of a degraded
+// deployment.
+const maxOutageRetry = time.Minute
+
+// nextRetry arms the next self-test of a degraded deployment: after
+// OutageRetry, then twice as long each time up to maxOutageRetry. pending
+// is kept when one is armed already; nil once the deployment is sealed or
+// down for a leak.
+func (d *Daemon) nextRetry(pending <-chan time.Time) <-chan time.Time {
+	if !d.degraded.Load() {
+		d.retryWait = 0
+		return nil
+	}
+	if pending != nil {
+		return pending
+	}
+	if d.retryWait == 0 {
+		d.retryWait = cmp.Or(d.opt.OutageRetry, 2*time.Second)
+	} else {
+		d.retryWait = min(2*d.retryWait, maxOutageRetry)
+	}
+	return time.After(d.retryWait)
+}
+
 // scheduled is the drift check: a leak takes readiness away and calls the
-// webhook.
-func (d *Daemon) scheduled(ctx context.Context) {
+// webhook; an outage (outageOnly) keeps the verified policy serving,
+// degraded, and is retried by Run.
+func (d *Daemon) scheduled(ctx context.Context) { d.scheduledAs(ctx, "schedule") }
+
+func (d *Daemon) scheduledAs(ctx context.Context, trigger string) {
 	if d.opt.NoSelftest {
 		if d.opt.AllowUnverified {
 			d.log.Warn(noSelftestWarning)
@@ -616,9 +763,44 @@ func (d *Daemon) scheduled(ctx context.Context) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	p := d.Policy()
-	v := d.verify(ctx, "schedule", p)
+	v := d.verify(ctx, trigger, p)
+	if outageOnly(v) && d.verified.Load() == p && d.ready.Load() {
+		d.degrade(v)
+		return
+	}
+	if d.degraded.Swap(false) {
+		d.degradedGauge.Set(0)
+		if v.Sealed && v.Err == nil {
+			d.log.Warn("self-test sealed again: no longer degraded")
+		}
+	}
 	d.setReadiness(p, v)
 	if url := d.webhook(); (!v.Sealed || v.Err != nil) && url != "" {
+		go notify(d.log, url, v)
+	}
+}
+
+// degrade records a scheduled self-test of the verified policy that failed
+// only for an outage: nothing is proven, nothing leaked. The verified
+// policy keeps serving (only a leak takes the door down); /readyz stays
+// 200 and says degraded, the gauge is 1, and the first such run logs an
+// error and calls the webhook (control-failed, never a leak).
+func (d *Daemon) degrade(v Verdict) {
+	why := strings.Join(v.ControlsFailed, "; ")
+	if why == "" && v.Err != nil {
+		why = v.Err.Error()
+	}
+	d.setStatus(fmt.Sprintf("degraded: the last self-test could not prove the walls for an outage (not a leak): %s; the verified policy keeps serving, self-test retried with backoff", why))
+	d.degradedGauge.Set(1)
+	select {
+	case d.degradeCh <- struct{}{}: // Run arms the next try
+	default:
+	}
+	if d.degraded.Swap(true) {
+		return
+	}
+	d.log.Error("self-test degraded: an upstream does not answer, so the walls are not proven now; the verified policy keeps serving (only a leak closes the door) and the self-test is retried with backoff", "controls", v.ControlsFailed, "err", v.Err)
+	if url := d.webhook(); url != "" {
 		go notify(d.log, url, v)
 	}
 }
@@ -660,20 +842,52 @@ func load(f func() (*policy.Policy, error)) (*policy.Policy, error) {
 // 206-207 MiB at about the same CPU (100, 25 and 20 measured).
 const loadGCPercent = 20
 
-// Reload is the verified reload: parse → apply → self-test → keep, or roll
-// back to the last good policy and walls and say why. A config that does
-// not parse changes nothing.
+// Reload is the verified reload: parse, then verify the candidate beside
+// the policy in force (sandboxes keep being decided by the verified
+// policy; only the self-test's own connections meet the candidate), then
+// swap atomically, or drop the candidate and say why. A config that does
+// not parse, or does not change the policy, changes nothing. Triggers that
+// arrive while a reload runs coalesce into one more reload, which reads
+// the config as it is then; every caller gets the result of the round it
+// joined.
 func (d *Daemon) Reload(ctx context.Context, why string) error {
-	err := d.reload(ctx, why)
+	d.nextMu.Lock()
+	r := d.next
+	lead := r == nil
+	if lead {
+		r = &reloadRound{done: make(chan struct{})}
+		d.next = r
+	}
+	d.nextMu.Unlock()
+	if !lead {
+		select {
+		case <-r.done:
+			return r.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	d.reloadMu.Lock()
+	d.nextMu.Lock()
+	d.next = nil // from here a trigger is newer than the config this round reads
+	d.nextMu.Unlock()
+	r.err = d.reload(ctx, why)
+	d.reloadMu.Unlock()
+	close(r.done)
 	// Whichever of the old and the new policy lost is garbage now: give
 	// its memory back rather than keep it mapped until the next load.
 	debug.FreeOSMemory()
-	return err
+	return r.err
 }
 
+// reloadRound is one reload and the triggers it answers.
+type reloadRound struct {
+	done chan struct{}
+	err  error
+}
+
+// reload runs one round; the caller holds reloadMu.
 func (d *Daemon) reload(ctx context.Context, why string) error {
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
 	next, err := load(d.opt.Load)
 	if err != nil {
 		d.reloads.WithLabelValues("invalid").Inc()
@@ -681,14 +895,83 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 		return fmt.Errorf("reload: %w", err)
 	}
 	old := d.Policy()
+	if ready, _ := d.Ready(); ready && next.Same(old) {
+		d.reloads.WithLabelValues("unchanged").Inc()
+		d.log.Info("reload: the config did not change the policy: nothing to verify", "trigger", why, "config", next.Source)
+		return nil
+	}
 	if next.Listen != old.Listen || next.Tools.Listen != old.Tools.Listen {
 		d.log.Warn("reload: listen addresses changed; they take effect on restart", "old", old.Listen, "new", next.Listen)
 	}
+	if d.opt.NoSelftest || (d.opt.Walls != nil && (d.opt.WallsSame == nil || !d.opt.WallsSame(old, next))) {
+		err = d.reloadInForce(ctx, why, old, next)
+	} else {
+		err = d.reloadBeside(ctx, why, next)
+	}
+	if err == nil && next.Selftest.Interval != old.Selftest.Interval {
+		select {
+		case d.interval <- struct{}{}:
+		default: // Run has one pending already and reads the policy
+		}
+	}
+	return err
+}
+
+// reloadBeside verifies next beside the policy in force: the proxy and the
+// DNS filter decide the self-test's own connections with next, everyone
+// else with the verified policy. Sealed: one swap puts next in force (and
+// decides the open tunnels again). Not sealed: next is dropped; nothing
+// was in force, so there is nothing to roll back and nothing was refused.
+func (d *Daemon) reloadBeside(ctx context.Context, why string, next *policy.Policy) error {
+	d.setCandidate(next)
+	if testHookSwapped != nil {
+		testHookSwapped()
+	}
+	v := d.verify(ctx, "reload", next)
+	d.setCandidate(nil)
+	if !v.Sealed || v.Err != nil {
+		d.reloads.WithLabelValues("dropped").Inc()
+		d.log.Error("reload refused: the candidate failed its self-test and was dropped; the verified policy stays in force", "trigger", why, "err", verdictError(v))
+		return fmt.Errorf("reload refused, candidate dropped: %w", verdictError(v))
+	}
+	d.swap(next, v)
+	d.reloads.WithLabelValues("applied").Inc()
+	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
+	return nil
+}
+
+// setCandidate shows p (nil: none) to the self-test's own connections.
+func (d *Daemon) setCandidate(p *policy.Policy) {
+	d.cand.Store(p)
+	d.px.SetCandidate(p)
+}
+
+// swap puts a verified policy in force. The retired policy was verified
+// too: a request it decided an instant before the swap still passes the
+// gate, so the swap refuses nothing.
+func (d *Daemon) swap(next *policy.Policy, v Verdict) {
+	if prev := d.verified.Load(); prev != nil {
+		w := weak.Make(prev)
+		d.retired.Store(&w)
+	}
+	d.verified.Store(next)
+	d.pol.Store(next)
+	d.px.SetPolicy(next)
+	d.probes.setPolicy(next)
+	d.setReadiness(next, v)
+}
+
+// reloadInForce is the reload of a candidate that cannot be verified
+// beside the policy in force (its walls differ, or there is no self-test):
+// it goes in force at once, and the proxy's gate lets nothing it allows
+// through until it is verified (503 not-ready meanwhile); one that fails
+// is rolled back.
+func (d *Daemon) reloadInForce(ctx context.Context, why string, old, next *policy.Policy) error {
 	wasStatus := *d.status.Load()
 	if d.opt.NoSelftest {
 		d.verified.Store(next) // nothing to wait for: it serves once in force
 	} else {
-		d.setStatus("reloading: verifying the new policy")
+		d.setStatus("reloading: verifying the new policy (its walls differ: gated until verified)")
 	}
 	// From here the proxy decides with next, and its gate lets nothing
 	// that next allowed through until next is the verified policy: no
@@ -708,12 +991,6 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 	}
 	d.reloads.WithLabelValues("applied").Inc()
 	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
-	if next.Selftest.Interval != old.Selftest.Interval {
-		select {
-		case d.interval <- struct{}{}:
-		default: // Run has one pending already and reads the policy
-		}
-	}
 	return nil
 }
 
@@ -749,9 +1026,10 @@ func verdictError(v Verdict) error {
 	return fmt.Errorf("the new policy leaks: %s", strings.Join(v.Leaks, "; "))
 }
 
-// testHookSwapped, when set (tests), runs in Reload right after the new
-// policy is installed and before its self-test: a request there must not
-// be allowed by the unverified policy.
+// testHookSwapped, when set (tests), runs in Reload right after the
+// candidate is shown to the self-test (or, for a walls change, installed)
+// and before its self-test: a request there must not be allowed by the
+// unverified policy.
 var testHookSwapped func()
 
 func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,8 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink,
 		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult, HoneytokenDir: g.StateDir}
 	opt.ProxyConfig.ReadyExempt = g.ReadyExempt
+	caDir := filepath.Join(g.StateDir, "ca")
+	opt.CACheck = func() error { return sameCA(caDir, authority) }
 	if g.Walls != nil {
 		// redirectTable is the table of the walls in force while they
 		// redirect (transparent mode): the DNS filter's answers for allowed
@@ -133,6 +136,13 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 			return err
 		}
 		opt.WallsCheck = ensure
+		// a reload whose walls do not change is verified beside the
+		// policy in force; one whose walls change goes in force gated
+		opt.WallsSame = func(a, b *policy.Policy) bool {
+			sa, errA := g.Walls(a)
+			sb, errB := g.Walls(b)
+			return errA == nil && errB == nil && reflect.DeepEqual(sa, sb)
+		}
 		opt.WallsInterval = g.WallsInterval
 		// the walls' counters on /metrics (the default table: serve's)
 		opt.Collectors = append(opt.Collectors, nft.NewCollector(g.WallsNS, nft.DefaultTable))
@@ -143,6 +153,20 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	}
 	out.Daemon = d
 	return out, nil
+}
+
+// sameCA reads the CA in dir back and checks it is the one egressd serves
+// with: a key deleted, corrupted or replaced at runtime is found now, not
+// by the next start.
+func sameCA(dir string, serving *ca.CA) error {
+	onDisk, err := ca.Load(dir)
+	if err != nil {
+		return err
+	}
+	if !onDisk.Certificate().Equal(serving.Certificate()) {
+		return fmt.Errorf("%s holds another CA than the one egressd serves with: sandboxes trust this one, and the next start would use that one", dir)
+	}
+	return nil
 }
 
 // WallSpec renders the kernel walls for a policy: sandboxes (by interface

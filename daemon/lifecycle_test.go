@@ -85,9 +85,10 @@ func TestWatchReloadSurvivesAWatchFailure(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- f.d.WatchReload(ctx, filepath.Join(t.TempDir(), "missing", "egressd.yaml")) }()
-	before := counter(t, f, `egressd_reloads_total{result="applied"}`)
+	// the config does not change: each SIGHUP reload is counted unchanged
+	before := counter(t, f, `egressd_reloads_total{result="unchanged"}`)
 	deadline := time.After(5 * time.Second)
-	for counter(t, f, `egressd_reloads_total{result="applied"}`) <= before {
+	for counter(t, f, `egressd_reloads_total{result="unchanged"}`) <= before {
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		select {
 		case err := <-errc:

@@ -86,16 +86,22 @@ func notify(log *slog.Logger, url string, v Verdict) {
 	if v.Err != nil {
 		report["error"] = v.Err.Error()
 	}
+	postReport(log, url, report)
+}
+
+// postReport sends one report to the webhook; a transport failure or an answer
+// other than 2xx is logged as a failed report.
+func postReport(log *slog.Logger, url string, report map[string]any) {
 	body, _ := json.Marshal(report)
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
-		log.Error("webhook failed: the leak report was not delivered", "url", url, "err", err)
+		log.Error("webhook failed: the report was not delivered", "event", report["event"], "url", url, "err", err)
 		return
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		log.Error("webhook failed: the leak report was refused", "url", url, "status", resp.StatusCode)
+		log.Error("webhook failed: the report was refused", "event", report["event"], "url", url, "status", resp.StatusCode)
 	}
 }

@@ -70,6 +70,10 @@ type Config struct {
 	// writes (a sandbox with CAP_NET_RAW can spoof an open probe socket's),
 	// while a TCP client's were proved by its handshake.
 	Exempt func(client netip.AddrPort) bool
+	// Candidate, when set, returns the policy a reload is verifying (nil:
+	// none): it decides for the clients Exempt names (over TCP), and the
+	// policy in force for everyone else.
+	Candidate func() *policy.Policy
 	// Honeytokens, when set, are refused in any query name (NXDOMAIN,
 	// reason honeytoken), and OnHoneytoken hears of each such query.
 	Honeytokens  *honeytoken.Registry
@@ -97,6 +101,7 @@ type Server struct {
 	overBudget *prometheus.CounterVec
 	gate       func(*policy.Policy) (policy.Reason, string)
 	exempt     func(netip.AddrPort) bool
+	cand       func() *policy.Policy // the candidate a reload verifies, for exempt clients
 	honey      *honeytoken.Registry
 	onHoney    func(identity, name string, t honeytoken.Token)
 	answered   func(netip.Addr, []netip.Addr, time.Duration)
@@ -170,6 +175,7 @@ func New(c Config) (*Server, error) {
 		budget:   c.NameBudget,
 		gate:     c.Gate,
 		exempt:   c.Exempt,
+		cand:     c.Candidate,
 		honey:    c.Honeytokens,
 		onHoney:  c.OnHoneytoken,
 		answered: c.Answered,
@@ -239,7 +245,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		s.queries.WithLabelValues(e.result).Inc()
 		return
 	}
-	p := s.policy()
+	p := s.policyFor(w)
 	if p == nil { // no policy loaded yet: answer nothing
 		e.result, e.reason = resultServFail, "no policy"
 		s.reply(w, r, dns.RcodeServerFailure, nil)
@@ -548,6 +554,19 @@ func clientAddrPort(w dns.ResponseWriter) netip.AddrPort {
 		}
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// policyFor is the policy that decides for w's client: the candidate for
+// the self-test's own probes (Exempt, over TCP) while one is verified.
+func (s *Server) policyFor(w dns.ResponseWriter) *policy.Policy {
+	if s.cand != nil && s.exempt != nil {
+		if _, tcp := w.RemoteAddr().(*net.TCPAddr); tcp {
+			if c := s.cand(); c != nil && s.exempt(clientAddrPort(w)) {
+				return c
+			}
+		}
+	}
+	return s.policy()
 }
 
 // gated applies Gate to an allowed name decided by p: ReasonAllowed lets it

@@ -60,6 +60,22 @@ func OptionalKeys() []string { return []string{KeyHoneytoken, KeyHoneytokenOf, K
 // tools) made on a caller's behalf.
 const ViaTool = "tool"
 
+// Tunnel records: every tunnel (CONNECT, transparent TLS, WebSocket) has
+// an open record when it is established and a close record when it ends,
+// both with message Msg and the same KeyTunnelID, so the audit chain can
+// tell a tunnel whose end was never recorded. They are not decisions (the
+// decision is its own record): IsDecision is false for them.
+const (
+	KeyTunnel   = "tunnel"    // TunnelOpen or TunnelClose
+	KeyTunnelID = "tunnel_id" // the tunnel's number, unique in one run of egressd
+	TunnelOpen  = "open"
+	TunnelClose = "close"
+)
+
+// TunnelKeys lists the keys only tunnel records carry (besides some of
+// Keys: identity, method, host, port, rule).
+func TunnelKeys() []string { return []string{KeyTunnel, KeyTunnelID} }
+
 // Values of KeyDecision.
 const (
 	Allow = "allow"
@@ -96,7 +112,10 @@ type Record struct {
 	Honeytoken      string `json:"honeytoken,omitempty"`
 	HoneytokenOf    string `json:"honeytoken_of,omitempty"`
 	HoneytokenWhere string `json:"honeytoken_where,omitempty"`
+
+	Tunnel   string `json:"tunnel,omitempty"`    // tunnel records only
+	TunnelID uint64 `json:"tunnel_id,omitempty"` // tunnel records only
 }
 
 // IsDecision reports whether r is a decision record (not another log line).
-func (r *Record) IsDecision() bool { return r.Msg == Msg }
+func (r *Record) IsDecision() bool { return r.Msg == Msg && r.Tunnel == "" }

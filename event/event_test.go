@@ -9,7 +9,8 @@ import (
 )
 
 // TestRecordKeys: Record's JSON names are exactly the keys (plus slog's
-// time, level and msg), so a reader sees every key a writer writes.
+// time, level and msg, and the tunnel records' own), so a reader sees every
+// key a writer writes.
 func TestRecordKeys(t *testing.T) {
 	var tags []string
 	rt := reflect.TypeFor[Record]()
@@ -17,7 +18,7 @@ func TestRecordKeys(t *testing.T) {
 		tag, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
 		tags = append(tags, tag)
 	}
-	want := append(append([]string{"time", "level", "msg"}, Keys()...), OptionalKeys()...)
+	want := append(append(append([]string{"time", "level", "msg"}, Keys()...), OptionalKeys()...), TunnelKeys()...)
 	if !slices.Equal(tags, want) {
 		t.Errorf("Record JSON names %v, want %v", tags, want)
 	}

@@ -67,6 +67,11 @@ const (
 	defaultResponseHeaderBytes   = 256 << 10
 	defaultResponseIdleTimeout   = 60 * time.Second
 	defaultResponseTimeout       = time.Hour
+
+	// defaultShutdownGrace: the drain a stop allows open tunnels; the
+	// unit's TimeoutStopSec and the pod's terminationGracePeriodSeconds
+	// leave room beyond it for closing, the last records and the seal.
+	defaultShutdownGrace = 30 * time.Second
 )
 
 var defaultPorts = []portRange{{80, 80}, {443, 443}}
@@ -920,6 +925,8 @@ func (c *compiler) limits(p *Policy, l *rawLimits) {
 		ResponseHeaderBytes:   pos(l.ResponseHeaderBytes, "limits.response_header_bytes", defaultResponseHeaderBytes),
 		ResponseIdleTimeout:   c.duration(l.ResponseIdleTimeout, "limits.response_idle_timeout", defaultResponseIdleTimeout),
 		ResponseTimeout:       c.duration(l.ResponseTimeout, "limits.response_timeout", defaultResponseTimeout),
+
+		ShutdownGrace: c.duration(l.ShutdownGrace, "limits.shutdown_grace", defaultShutdownGrace),
 	}
 	if l.DNSWildcardNames.Line != 0 {
 		if l.DNSWildcardNames.V < 0 {

@@ -166,6 +166,8 @@ type rawLimits struct {
 	ResponseHeaderBytes   at[int]    `yaml:"response_header_bytes"`
 	ResponseIdleTimeout   at[string] `yaml:"response_idle_timeout"`
 	ResponseTimeout       at[string] `yaml:"response_timeout"`
+
+	ShutdownGrace at[string] `yaml:"shutdown_grace"`
 }
 
 // ConfigError is one problem in a config file, located by file, line and

@@ -152,6 +152,11 @@ type Limits struct {
 	ResponseHeaderBytes   int
 	ResponseIdleTimeout   time.Duration
 	ResponseTimeout       time.Duration
+
+	// ShutdownGrace is how long a stopping egressd keeps its open tunnels
+	// and requests (it accepts no new ones) before it closes them, waits
+	// for their records and seals the audit log.
+	ShutdownGrace time.Duration
 }
 
 // Audit says what egressd does when its audit log (serve --audit-log)

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -129,7 +128,10 @@ const (
 // Proxy is egressd's checkpoint: a goproxy server whose every decision
 // comes from the current policy and whose every dial is checked.
 type Proxy struct {
-	pol    atomic.Pointer[policy.Policy]
+	pol atomic.Pointer[policy.Policy]
+	// cand is the candidate a reload verifies (nil: none): it decides the
+	// self-test's own connections (ReadyExempt) and nothing else.
+	cand   atomic.Pointer[policy.Policy]
 	gp     *goproxy.ProxyHttpServer
 	tr     *http.Transport // requests with a body or an upgrade, TLS upstreams
 	up     *upstream       // bodiless plain-HTTP requests
@@ -156,6 +158,8 @@ type Proxy struct {
 
 	acceptLog rateLog
 	mem       memoryReleaser // gives memory back after a wave of tunnels closes
+
+	book tunnelBook // tunnels whose close record is not written yet
 
 	mu      sync.Mutex
 	self    map[netip.AddrPort]bool // egressd's own listeners (proxy loop)
@@ -259,6 +263,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 // SetPolicy swaps the policy for new requests and connections at once.
 func (x *Proxy) SetPolicy(p *policy.Policy) {
 	x.pol.Store(p)
+	x.cand.CompareAndSwap(p, nil) // the candidate is in force: no longer one
 	x.dialer.setPolicy(p)
 	x.tr.CloseIdleConnections() // pooled upstreams were checked under the old policy
 	x.up.closeIdle()
@@ -267,6 +272,24 @@ func (x *Proxy) SetPolicy(p *policy.Policy) {
 
 // Policy returns the policy in force.
 func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
+
+// SetCandidate makes p decide the self-test's own connections (those
+// Config.ReadyExempt names) while a reload verifies it; every other client
+// stays with the policy in force. nil ends it (the candidate was dropped,
+// or SetPolicy put it in force).
+func (x *Proxy) SetCandidate(p *policy.Policy) { x.cand.Store(p) }
+
+// policyFor is the policy that decides for a client at remote (host:port):
+// the candidate for the self-test's own connections while one is
+// verified, the policy in force for everyone else.
+func (x *Proxy) policyFor(remote string) *policy.Policy {
+	if c := x.cand.Load(); c != nil && x.exempt != nil {
+		if ap, err := netip.ParseAddrPort(remote); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
+			return c
+		}
+	}
+	return x.Policy()
+}
 
 // Serve answers proxy requests on l until Shutdown.
 func (x *Proxy) Serve(l net.Listener) error {
@@ -328,18 +351,11 @@ func (x *Proxy) newHTTPServer(h http.Handler, connCtx func(context.Context, net.
 	}
 }
 
-// Shutdown stops accepting, closes open tunnels, and waits for requests.
+// Shutdown stops accepting, closes open tunnels at once, and waits, until
+// ctx ends, for their last records (Drain with no grace).
 func (x *Proxy) Shutdown(ctx context.Context) error {
-	x.mu.Lock()
-	srvs := x.servers
-	x.mu.Unlock()
-	x.ids.closeAll()
-	x.up.closeIdle()
-	var errs []error
-	for _, s := range srvs {
-		errs = append(errs, s.Shutdown(ctx))
-	}
-	return errors.Join(errs...)
+	_, err := x.Drain(ctx, 0)
+	return err
 }
 
 // scanListener wraps each accepted connection in a scanConn, and logs and
@@ -420,6 +436,8 @@ type request struct {
 	forged bool
 	target policy.Target
 	d      policy.Decision
+	// pol is the policy that made d: its address checks apply at the dial.
+	pol    *policy.Policy
 	method string
 	path   string
 	// connect state for an inspected tunnel: inner requests must name the

@@ -22,7 +22,7 @@ import (
 // onRequest decides a plain absolute-form request, or a request inside an
 // inspected tunnel (its state's tunnel field holds the CONNECT's).
 func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-	p := x.Policy()
+	p := x.policyFor(r.RemoteAddr)
 	rq, _ := r.Context().Value(keyDecision).(*request)
 	if rq == nil { // not through ServeHTTP: refuse rather than guess
 		rq = &request{start: time.Now(), method: r.Method}
@@ -52,6 +52,7 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 			return r, x.deny(r, rq, policy.ReasonMethod, "", fmt.Sprintf("%s: %.20s overrides %s", h, v, r.Method))
 		}
 	}
+	rq.pol = p
 	rq.d = p.DecideRequestAs(&rq.target, rq.identity, r.Method, r.Header.Get("Content-Type"), r.ContentLength)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if h := x.honeyInRequest(r, rq); h != nil {
@@ -236,7 +237,11 @@ func (x *Proxy) dialDecided(ctx context.Context, rq *request) (net.Conn, error) 
 	if rq == nil || !rq.d.Allow {
 		return nil, &DenyError{Reason: policy.ReasonInternal, Detail: "dial without an allow decision"}
 	}
-	c, _, err := x.dialer.dial(ctx, x.Policy(), &rq.d, rq.target.Port)
+	p := rq.pol
+	if p == nil {
+		p = x.Policy()
+	}
+	c, _, err := x.dialer.dial(ctx, p, &rq.d, rq.target.Port)
 	return c, err
 }
 

@@ -58,8 +58,10 @@ type tunnel struct {
 	admitted bool
 
 	release func() // the identity's connection slot, given back on close
-	ids     []string
-	once    sync.Once
+	// recordClose writes the tunnel's close record (tunnelrec.go), last.
+	recordClose func()
+	ids         []string
+	once        sync.Once
 }
 
 // openTunnel is where every tunnel opens: it is tracked under each of
@@ -79,6 +81,7 @@ func (x *Proxy) openTunnel(tn *tunnel) {
 	for _, id := range tn.ids {
 		x.ids.addTunnel(id, tn.client, rq)
 	}
+	tn.recordClose = x.tunnelOpened(context.Background(), rq)
 }
 
 // closeTunnel is where every tunnel closes, once: both connections, the
@@ -98,6 +101,9 @@ func (x *Proxy) closeTunnel(tn *tunnel) {
 			tn.release()
 		}
 		x.mem.closed()
+		if tn.recordClose != nil { // after the tunnel's own last line
+			tn.recordClose()
+		}
 	})
 }
 

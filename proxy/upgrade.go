@@ -233,10 +233,12 @@ func (x *Proxy) relayUpgrade(w http.ResponseWriter, r *http.Request, rq *request
 	for _, id := range ids {
 		x.ids.addTunnel(id, hc, rq)
 	}
+	closed := x.tunnelOpened(context.WithoutCancel(r.Context()), rq)
 	defer func() {
 		for _, id := range ids {
 			x.ids.removeTunnel(id, hc)
 		}
+		closed()
 	}()
 	if id, ok := x.quarantined(rq); ok { // quarantined while the handshake ran
 		rq.cutBy.Store(&cutInfo{policy.ReasonQuarantine, "identity " + id + " is quarantined"})

@@ -93,6 +93,10 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	rep, err := audit.Verify(f, audit.VerifyOptions{Live: *live, Strict: *strict, Anchors: anchors, Key: key, FinalKey: final})
 	var te *audit.TamperError
 	switch {
+	case errors.As(err, &te) && te.Kind == audit.Incomplete:
+		// the chain is intact, but records are missing: not "intact"
+		fmt.Fprintf(stdout, "%s:%d: incomplete: %s\n", name, te.Line, te.Detail)
+		return exitDeny
 	case errors.As(err, &te):
 		fmt.Fprintf(stdout, "%s:%d: tampered: %s: %s\n", name, te.Line, te.Kind, te.Detail)
 		return exitDeny
@@ -104,8 +108,11 @@ func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if !rep.Sealed {
 		end = "not sealed (--live)"
 	}
-	fmt.Fprintf(stdout, "%s: intact: %d lines, %d decisions, %d session(s), %s; head %s\n",
-		name, rep.Lines, rep.Records, rep.Sessions, end, rep.Head)
+	fmt.Fprintf(stdout, "%s: intact: %d lines, %d decisions, %d tunnel(s), %d session(s), %s; head %s\n",
+		name, rep.Lines, rep.Records, rep.Tunnels, rep.Sessions, end, rep.Head)
+	if rep.OpenTunnels > 0 {
+		fmt.Fprintf(stdout, "%s: note: %d tunnel(s) still open at the end (--live)\n", name, rep.OpenTunnels)
+	}
 	for _, l := range rep.UnsealedEnds {
 		fmt.Fprintf(stdout, "%s:%d: warning: the session ends here without a seal (crash, kill, or a truncated tail), and a new one opens\n", name, l)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/event"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -43,6 +44,25 @@ func writeAuditLog(t *testing.T) (string, [][]byte) {
 	return path, bytes.SplitAfter(b, []byte{'\n'})[:5]
 }
 
+// writeTunnelLog writes a closed log in which one tunnel opened and its
+// close record was never written (a stop that sealed before it).
+func writeTunnelLog(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tunnels.jsonl")
+	s, err := audit.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(s.Handler(nil))
+	log.Info(audit.DecisionMsg, event.KeyHost, "pypi.org", event.KeyTunnel, event.TunnelOpen, event.KeyTunnelID, 1)
+	log.Info(audit.DecisionMsg, event.KeyHost, "pypi.org", event.KeyTunnel, event.TunnelOpen, event.KeyTunnelID, 2)
+	log.Info(audit.DecisionMsg, event.KeyHost, "pypi.org", event.KeyTunnel, event.TunnelClose, event.KeyTunnelID, 2)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestAuditVerifyCommand(t *testing.T) {
 	clean, lines := writeAuditLog(t)
 	dir := t.TempDir()
@@ -58,13 +78,14 @@ func TestAuditVerifyCommand(t *testing.T) {
 		wantCode int
 		wantOut  string
 	}{
-		{"intact", []string{clean}, exitOK, "intact: 5 lines, 3 decisions, 1 session(s), sealed; head 5:"},
+		{"intact", []string{clean}, exitOK, "intact: 5 lines, 3 decisions, 0 tunnel(s), 1 session(s), sealed; head 5:"},
 		{"edited in the middle", []string{write("edited", lines[0], lines[1], edited, lines[3], lines[4])}, exitDeny, ":3: tampered: edited:"},
 		{"removed line", []string{write("removed", lines[0], lines[1], lines[3], lines[4])}, exitDeny, ":3: tampered: removed:"},
 		{"reordered", []string{write("reordered", lines[0], lines[2], lines[1], lines[3], lines[4])}, exitDeny, ":2: tampered: reordered:"},
 		{"truncated tail", []string{write("truncated", lines[:4]...)}, exitDeny, ":5: tampered: truncated:"},
 		{"truncated tail, --live", []string{"--live", write("live", lines[:4]...)}, exitOK, "not sealed (--live)"},
 		{"flags after the file", []string{write("live2", lines[:4]...), "--live"}, exitOK, "intact"},
+		{"a tunnel without its close record", []string{writeTunnelLog(t)}, exitDeny, ":5: incomplete: sealed with 1 tunnel(s) whose close record was never written"},
 		{"missing file", []string{filepath.Join(dir, "nope")}, exitUsage, ""},
 		{"bad anchor", []string{"--anchor", "x", clean}, exitUsage, ""},
 		{"two files", []string{clean, clean}, exitUsage, ""},

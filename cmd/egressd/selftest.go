@@ -74,12 +74,11 @@ func wireSelftest(opt *daemon.Gateway, stateDir string) {
 	opt.ReadyExempt = probens.Conns.Has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
 		rep, mode, err := runSelftest(ctx, p, stateDir, walls, false)
-		if err == nil {
-			if herr := recordRun(stateDir, "serve", mode, p, rep); herr != nil && log != nil {
-				log.Error("self-test history", "err", herr)
-			}
-		}
 		v := probens.Verdict(rep, err)
+		if err == nil {
+			// the daemon counts and shows a history it cannot write
+			v.HistoryErr = recordRun(stateDir, "serve", mode, p, rep)
+		}
 		if rep != nil && log != nil {
 			for _, r := range rep.Untestables() {
 				log.LogAttrs(ctx, slog.LevelWarn, "self-test probe untestable live", slog.String("probe", r.ID),

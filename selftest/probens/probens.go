@@ -99,6 +99,7 @@ func Verdict(rep *selftest.Report, err error) daemon.Verdict {
 	// that starts on an outage (runbox) must know every other probe told.
 	if len(u) > 0 && len(v.Leaks) == 0 {
 		v.Err = fmt.Errorf("self-test incomplete: %s", unfinishedSummary(u, len(rep.Results)))
+		v.Incomplete = true // no leak found: not proven, and not a leak
 	}
 	var notes []string
 	if len(skipped) > 0 {

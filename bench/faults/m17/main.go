@@ -10,6 +10,12 @@
 //	m17 clients -proxy ADDR -url URL[,URL...] -n 200   # holds, then leaves on SIGTERM
 //	m17 heads -proxy ADDR -url URL -n 20
 //	m17 dnsflood -server ADDR -zone denied.example -dur 60s [-inflight 16]
+//
+// and those of bench/faults/measure27.sh (issue 27, door.go):
+//
+//	m17 door-origin -http ADDR -echo ADDR[,ADDR] [-dns ADDR]
+//	m17 load -proxy ADDR -url URL -c 4          # until SIGTERM: 200s and refusals
+//	m17 tunnels -proxy ADDR -target ADDR -n 2000 # holds them until SIGTERM
 package main
 
 import (
@@ -37,7 +43,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: m17 origin|clients|heads|dnsflood [flags]")
+		fmt.Fprintln(os.Stderr, "usage: m17 origin|clients|heads|dnsflood|door-origin|load|tunnels [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -50,6 +56,12 @@ func main() {
 		err = heads(os.Args[2:])
 	case "dnsflood":
 		err = dnsflood(os.Args[2:])
+	case "door-origin":
+		err = doorOrigin(os.Args[2:])
+	case "load":
+		err = load(os.Args[2:])
+	case "tunnels":
+		err = tunnels(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
