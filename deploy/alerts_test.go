@@ -2,51 +2,15 @@ package deploy_test
 
 import (
 	"encoding/json"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/egressd/egressd/internal/testutil"
 	"go.yaml.in/yaml/v3"
 )
-
-// exportedMetrics is every metric name egressd's code registers (a
-// collector's Name or a Desc), read from the source so the list has one
-// home: the code.
-func exportedMetrics(t *testing.T) map[string]bool {
-	t.Helper()
-	decl := regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(egressd_[a-z0-9_]+)"`)
-	names := map[string]bool{}
-	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, m := range decl.FindAllSubmatch(b, -1) {
-			names[string(m[1])] = true
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !names["egressd_verified"] || !names["egressd_requests_total"] {
-		t.Fatalf("found only %d metric names in the code: the scan is broken", len(names))
-	}
-	return names
-}
 
 var metricRef = regexp.MustCompile(`egressd_[a-z0-9_]+`)
 
@@ -84,7 +48,7 @@ type ruleFile struct {
 // egressd exports. (`promtool check rules` and `promtool test rules`
 // run in .ci/run.)
 func TestAlertRules(t *testing.T) {
-	have := exportedMetrics(t)
+	have := testutil.ExportedMetrics(t, "..")
 	b, err := os.ReadFile("prometheus/egressd-alerts.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +91,7 @@ func TestAlertRules(t *testing.T) {
 // TestDashboard: the Grafana dashboard is valid JSON and every query in
 // it names only metrics egressd exports (and the scrape's own up).
 func TestDashboard(t *testing.T) {
-	have := exportedMetrics(t)
+	have := testutil.ExportedMetrics(t, "..")
 	b, err := os.ReadFile("grafana/egressd-dashboard.json")
 	if err != nil {
 		t.Fatal(err)
