@@ -8,13 +8,13 @@ import (
 	"testing"
 )
 
-// readmeDenyTable parses README's "Deny reasons" table: reason → status
+// readmeDenyTable parses docs/DECISIONS.md's "Deny reasons" table: reason → status
 // (0 for "—", logged only).
 func readmeDenyTable(t *testing.T, readme string) map[string]int {
 	t.Helper()
 	_, section, ok := strings.Cut(readme, "### Deny reasons (`X-Egressd-Deny`)")
 	if !ok {
-		t.Fatal("README has no \"### Deny reasons (`X-Egressd-Deny`)\" section")
+		t.Fatal("docs/DECISIONS.md has no \"### Deny reasons (`X-Egressd-Deny`)\" section")
 	}
 	row := regexp.MustCompile("^\\| `([^`]+)` \\| ([^|]+) \\|")
 	table := map[string]int{}
@@ -33,29 +33,29 @@ func readmeDenyTable(t *testing.T, readme string) map[string]int {
 		}
 		m := row.FindStringSubmatch(line)
 		if m == nil {
-			t.Errorf("README deny table: row %q is not | `reason` | status | meaning |", line)
+			t.Errorf("docs/DECISIONS.md deny table: row %q is not | `reason` | status | meaning |", line)
 			continue
 		}
 		status := 0
 		if s := strings.TrimSpace(m[2]); s != "—" {
 			n, err := strconv.Atoi(s)
 			if err != nil {
-				t.Errorf("README deny table: %s: status %q is not a number or —", m[1], s)
+				t.Errorf("docs/DECISIONS.md deny table: %s: status %q is not a number or —", m[1], s)
 			}
 			status = n
 		}
 		if _, dup := table[m[1]]; dup {
-			t.Errorf("README deny table lists %s twice", m[1])
+			t.Errorf("docs/DECISIONS.md deny table lists %s twice", m[1])
 		}
 		table[m[1]] = status
 	}
 	return table
 }
 
-// TestReadmeDenyReasons: README's table lists exactly the declared
+// TestReadmeDenyReasons: docs/DECISIONS.md's table lists exactly the declared
 // denials, each with its status.
 func TestReadmeDenyReasons(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/DECISIONS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,16 +66,16 @@ func TestReadmeDenyReasons(t *testing.T) {
 		switch {
 		case !r.Denies():
 			if listed {
-				t.Errorf("README deny table lists %s, which is not a denial", r)
+				t.Errorf("docs/DECISIONS.md deny table lists %s, which is not a denial", r)
 			}
 		case !listed:
-			t.Errorf("README deny table misses %s (status %d): add a row", r, r.Status())
+			t.Errorf("docs/DECISIONS.md deny table misses %s (status %d): add a row", r, r.Status())
 		case status != r.Status():
-			t.Errorf("README deny table: %s has status %d, the code sends %d", r, status, r.Status())
+			t.Errorf("docs/DECISIONS.md deny table: %s has status %d, the code sends %d", r, status, r.Status())
 		}
 	}
 	for name := range table {
-		t.Errorf("README deny table lists %s, which policy/reason.go does not declare", name)
+		t.Errorf("docs/DECISIONS.md deny table lists %s, which policy/reason.go does not declare", name)
 	}
 }
 
