@@ -136,7 +136,7 @@ func TestHoneytokenRefused(t *testing.T) {
 // waitAlert waits for the next alert: it is raised after the decision line
 // is written and the client answered, so a test that looked at once would
 // race it.
-func waitAlert(t *testing.T, alerted <-chan struct{}) {
+func waitAlert[T any](t *testing.T, alerted <-chan T) {
 	t.Helper()
 	select {
 	case <-alerted:

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/honeytoken"
 )
 
 // toolRequest is a request the tool endpoint makes for a caller at remote.
@@ -161,4 +162,40 @@ func TestServeToolHTTPSInjectAndMessage(t *testing.T) {
 	if w.Code != 200 || !strings.Contains(w.Body.String(), "origin says hi to GET /secure") {
 		t.Errorf("https via the tool: %d %q", w.Code, w.Body.String())
 	}
+}
+
+// TestToolFetchHoneytoken: a fetch egressd's tool endpoint makes for a
+// caller is scanned for honeytokens like any request (the tool sends it
+// through the checkpoint): a canary in its URL, even under a rule that
+// allows the host, is refused with reason honeytoken, logged via tool and
+// alerted naming the identity it was issued to; the same fetch without it
+// passes.
+func TestToolFetchHoneytoken(t *testing.T) {
+	reg := honeytoken.NewRegistry()
+	ts, err := honeytoken.Issue("sandbox-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Set("run", ts)
+	alerted := make(chan Attempt, 4)
+	h := newHarnessWith(t, testConfig, testNames, func(c *Config) {
+		c.Honeytokens = reg
+		c.Alert = func(a Attempt) { alerted <- a }
+	})
+	base := "http://allowed.test:" + h.plain.port() + "/search?q="
+	w := httptest.NewRecorder()
+	h.px.ServeTool(w, toolRequest(t, "GET", base+"ok", "127.0.0.1:40000"))
+	if w.Code != 200 {
+		t.Fatalf("a fetch without a canary: %d %q", w.Code, w.Body.String())
+	}
+	w = httptest.NewRecorder()
+	h.px.ServeTool(w, toolRequest(t, "GET", base+ts[0].Value, "127.0.0.1:40001"))
+	if w.Code != 403 || w.Header().Get("X-Egressd-Deny") != "honeytoken" {
+		t.Fatalf("a fetch carrying a canary: %d %q %q, want 403 honeytoken", w.Code, w.Header().Get("X-Egressd-Deny"), w.Body.String())
+	}
+	line := waitLog(t, h, `"reason":"honeytoken"`)
+	if !strings.Contains(line, `"via":"tool"`) || !strings.Contains(line, `"honeytoken_of":"sandbox-9"`) {
+		t.Errorf("decision line %s: want via tool and the canary's owner", line)
+	}
+	waitAlert(t, alerted)
 }
