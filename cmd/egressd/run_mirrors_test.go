@@ -104,10 +104,10 @@ allow:
 // under its product's prefix, inside `egressd run`; twine's upload to each
 // PyPI repository and npm publish to Nexus get 403 mirror and never reach
 // the origin, and neither do the products' paths outside the prefixes.
-// twine is not installed here (nor installable offline): its upload is sent
-// as the same multipart POST, with basic auth, by curl.
+// The uploads are real twine's (Debian's package; .ci/run installs it),
+// of a real wheel.
 func TestRunRealClientsUnderPrefix(t *testing.T) {
-	for _, bin := range []string{"npm", "curl", "/usr/bin/python3"} {
+	for _, bin := range []string{"npm", "curl", "twine", "/usr/bin/python3"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s is needed (.ci/run installs it)", bin)
 		}
@@ -169,9 +169,13 @@ func TestRunRealClientsUnderPrefix(t *testing.T) {
 		}
 	}
 
-	// twine upload: multipart POST of the file and its metadata to the
-	// repository URL, with the user's credentials.
-	twine := `printf 'x' > "$HOME/egtest-0.2-py3-none-any.whl"; curl -sS -o /dev/null -w '%%{http_code}\n' -u bob:secret -F ':action=file_upload' -F 'protocol_version=1' -F 'metadata_version=2.1' -F 'name=egtest' -F 'version=0.2' -F 'filetype=bdist_wheel' -F 'pyversion=py3' -F 'sha256_digest=2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881' -F 'content=@'"$HOME"'/egtest-0.2-py3-none-any.whl' %s`
+	// twine upload: the real client, a real wheel, the user's credentials
+	// (a multipart POST of the file and its metadata to the repository).
+	wheel := filepath.Join(home, reg.pkgs.wheelName)
+	if err := os.WriteFile(wheel, reg.pkgs.wheel, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	twine := `twine upload --non-interactive --disable-progress-bar -u bob -p secret --repository-url %s "$HOME/` + reg.pkgs.wheelName + `"`
 	writes := []struct{ name, script, host, method string }{
 		{"twine upload to devpi", fmt.Sprintf(twine, "https://devpi.test"+devpiBase+"/"), "devpi.test", "POST"},
 		{"twine upload to artifactory", fmt.Sprintf(twine, "https://artifactory.test"+artBase), "artifactory.test", "POST"},
@@ -183,7 +187,7 @@ func TestRunRealClientsUnderPrefix(t *testing.T) {
 		before := len(reg.requests())
 		out, code := l.run(t, flags, "sh", "-c", w.script)
 		t.Logf("%s: exit %d\n%s", w.name, code, out)
-		if strings.HasPrefix(w.script, "printf") || strings.HasPrefix(w.script, "curl") {
+		if strings.HasPrefix(w.script, "twine") || strings.HasPrefix(w.script, "curl") {
 			if !strings.Contains(out, "403") {
 				t.Errorf("%s: want 403\n%s", w.name, out)
 			}
