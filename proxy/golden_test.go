@@ -2,12 +2,13 @@ package proxy
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/ from what the code writes now")
@@ -39,7 +40,7 @@ func TestDecisionLineGolden(t *testing.T) {
 		}
 		lines = append(lines, maskDecisionLine(line, port))
 	}
-	checkGolden(t, filepath.Join("testdata", "decisions.golden"), strings.Join(lines, "\n")+"\n")
+	testutil.Golden(t, filepath.Join("testdata", "decisions.golden"), strings.Join(lines, "\n")+"\n", *update)
 }
 
 var (
@@ -51,23 +52,4 @@ func maskDecisionLine(line, port string) string {
 	line = goldenTime.ReplaceAllString(line, "")
 	line = strings.ReplaceAll(line, `"port":`+port+`,`, `"port":"<origin>",`)
 	return goldenBytes.ReplaceAllString(line, `"$1":"<n>"`)
-}
-
-// checkGolden compares got with the file at path, or rewrites the file
-// with -update.
-func checkGolden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from what the code writes now (rerun with -update if the change is meant):\n--- got\n%s--- want\n%s", path, got, want)
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/selftest"
 )
@@ -72,25 +73,6 @@ func TestReportGolden(t *testing.T) {
 	if err := WriteJSON(&js, in); err != nil {
 		t.Fatal(err)
 	}
-	checkGolden(t, filepath.Join("testdata", "report.golden.md"), md.String())
-	checkGolden(t, filepath.Join("testdata", "report.golden.json"), js.String())
-}
-
-// checkGolden compares got with the file at path, or rewrites the file
-// with -update.
-func checkGolden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from what the code writes now (rerun with -update if the change is meant):\n--- got\n%s--- want\n%s", path, got, want)
-	}
+	testutil.Golden(t, filepath.Join("testdata", "report.golden.md"), md.String(), *update)
+	testutil.Golden(t, filepath.Join("testdata", "report.golden.json"), js.String(), *update)
 }
