@@ -151,14 +151,17 @@ func FuzzHistoryRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("ReadHistory: %v", err)
 		}
-		var got *HistoryLine
-		for i := range runs {
-			if runs[i].Source == "probe" && runs[i].Identity == h.Identity {
-				got = &runs[i]
+		// The probe record reads back with its outcome (its identity may
+		// read back cleaned: JSON turns bytes that are not UTF-8 into
+		// U+FFFD; and text around it may itself parse as a record).
+		found := false
+		for _, run := range runs {
+			if run.Source == "probe" && run.Report != nil && len(run.Report.Results) == len(r.Results) && run.Report.Outcome() == r.Outcome() {
+				found = true
 			}
 		}
-		if got == nil || got.Report.Outcome() != r.Outcome() {
-			t.Fatalf("read back %+v, want outcome %s", got, r.Outcome())
+		if !found {
+			t.Fatalf("read back %+v, want a probe record of outcome %s", runs, r.Outcome())
 		}
 	})
 }
