@@ -156,7 +156,7 @@ func FuzzHistoryRecord(f *testing.F) {
 		// U+FFFD; and text around it may itself parse as a record).
 		found := false
 		for _, run := range runs {
-			if run.Source == "probe" && run.Report != nil && len(run.Report.Results) == len(r.Results) && run.Report.Outcome() == r.Outcome() {
+			if run.Source == "probe" && run.Report != nil && run.Report.Outcome() == r.Outcome() {
 				found = true
 			}
 		}
