@@ -438,14 +438,9 @@ func (d *Daemon) listen(p *policy.Policy, errc chan<- error) error {
 		go func() { errc <- tr.serve(l, tr.port) }()
 	}
 	if d.dns != nil {
-		udp, err := net.ListenPacket("udp", p.Listen.DNS)
+		udp, tcp, err := listenDNS(p.Listen.DNS, net.ListenPacket, net.Listen)
 		if err != nil {
-			return fmt.Errorf("listen dns udp %s: %w", p.Listen.DNS, err)
-		}
-		tcp, err := net.Listen("tcp", udp.LocalAddr().String())
-		if err != nil {
-			udp.Close()
-			return fmt.Errorf("listen dns tcp %s: %w", p.Listen.DNS, err)
+			return err
 		}
 		d.dnsAddr = udp.LocalAddr().String()
 		d.px.AddListener(udp.LocalAddr())
@@ -1071,4 +1066,35 @@ func (d *Daemon) checkWalls(ctx context.Context) {
 	if err != nil {
 		d.log.Error("checking the walls", "err", err)
 	}
+}
+
+// dnsPortTries bounds listenDNS's tries for a port the system picks.
+const dnsPortTries = 16
+
+// listenDNS binds the DNS filter's UDP socket and a TCP listener on the
+// same address. Where the config names port 0 the system picks the UDP
+// port, and the same TCP port may be another program's: then another
+// port is tried (up to dnsPortTries), rather than failing a start that
+// any free port would do. A configured port is tried once.
+func listenDNS(addr string, listenPacket func(network, address string) (net.PacketConn, error),
+	listen func(network, address string) (net.Listener, error)) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	tries := 1
+	if port == "0" {
+		tries = dnsPortTries
+	}
+	var last error
+	for range tries {
+		udp, err := listenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listen dns udp %s: %w", addr, err)
+		}
+		tcp, err := listen("tcp", udp.LocalAddr().String())
+		if err == nil {
+			return udp, tcp, nil
+		}
+		udp.Close()
+		last = err
+	}
+	return nil, nil, fmt.Errorf("listen dns tcp %s: %w", addr, last)
 }
