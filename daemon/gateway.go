@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -182,14 +180,14 @@ func WallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		HighRisk:    p.HighRiskPrefixes(),
 		Gateways:    extraGateways,
 	}
-	proxyAddr, proxyPort, err := ListenAddr(p.Listen.Proxy)
+	proxyAddr, proxyPort, err := nft.ListenAddr(p.Listen.Proxy)
 	if err != nil {
 		return s, fmt.Errorf("listen.proxy: %w", err)
 	}
 	s.ProxyPort = proxyPort
 	s.Gateways = appendAddr(s.Gateways, proxyAddr)
 	if p.Listen.DNS != "" {
-		dnsAddr, dnsPort, err := ListenAddr(p.Listen.DNS)
+		dnsAddr, dnsPort, err := nft.ListenAddr(p.Listen.DNS)
 		if err != nil {
 			return s, fmt.Errorf("listen.dns: %w", err)
 		}
@@ -205,7 +203,7 @@ func WallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		if tr.hp == "" {
 			continue
 		}
-		a, port, err := ListenAddr(tr.hp)
+		a, port, err := nft.ListenAddr(tr.hp)
 		if err != nil {
 			return s, fmt.Errorf("transparent listener: %w", err)
 		}
@@ -229,27 +227,6 @@ func WallSpec(p *policy.Policy, extraGateways ...netip.Addr) (nft.Spec, error) {
 		return s, errors.New("listen.proxy on an unspecified address: the walls need the concrete gateway address the sandboxes use")
 	}
 	return s, s.Validate()
-}
-
-// ListenAddr splits a listen key ("addr:port") into the address and the
-// fixed port the walls need; an empty host is the IPv4 unspecified address.
-func ListenAddr(hp string) (netip.Addr, uint16, error) {
-	h, ps, err := net.SplitHostPort(hp)
-	if err != nil {
-		return netip.Addr{}, 0, err
-	}
-	port, err := strconv.ParseUint(ps, 10, 16)
-	if err != nil || port == 0 {
-		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need a fixed port", hp)
-	}
-	if h == "" {
-		return netip.IPv4Unspecified(), uint16(port), nil
-	}
-	a, err := netip.ParseAddr(h)
-	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("%q: the walls need an address", hp)
-	}
-	return a.Unmap(), uint16(port), nil
 }
 
 func appendAddr(l []netip.Addr, a netip.Addr) []netip.Addr {

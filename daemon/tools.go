@@ -48,7 +48,7 @@ func toolsWall(s *nft.Spec, p *policy.Policy, proxyAddr netip.Addr) error {
 	if p.Tools.Listen == "" {
 		return nil
 	}
-	a, port, err := ListenAddr(p.Tools.Listen)
+	a, port, err := nft.ListenAddr(p.Tools.Listen)
 	switch {
 	case err != nil:
 		return fmt.Errorf("tools.listen: %w", err)

@@ -39,7 +39,7 @@ const DefaultProxyPort = 3128
 func Policy(p *policy.Policy, gw netip.Addr, transparent bool) *policy.Policy {
 	q := *p
 	port := func(hp string, def uint16) string {
-		if _, pp, err := daemon.ListenAddr(hp); err == nil {
+		if _, pp, err := nft.ListenAddr(hp); err == nil {
 			def = pp
 		}
 		return netip.AddrPortFrom(gw, def).String()

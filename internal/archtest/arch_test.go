@@ -61,7 +61,7 @@ var allowed = map[string][]string{
 	// the self-test plan, its runner, the sandbox side, and the evidence
 	// pack: library code cmd/egressd only wires.
 	"selftest/plan":    {"policy", "selftest"},
-	"selftest/probens": {"daemon", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
+	"selftest/probens": {"nft", "policy", "sandbox", "selftest", "selftest/plan", "selftest/probe"},
 	"selftest/probe":   {"selftest"},
 	"report":           {"event", "policy", "selftest", "audit", "honeytoken"},
 	"deploy":           {},

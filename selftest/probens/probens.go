@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/egressd/egressd/daemon"
+	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/sandbox"
 	"github.com/egressd/egressd/selftest"
@@ -73,11 +73,11 @@ func Run(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace,
 // probe ran and passed; leaks and failed positive controls are named; a
 // run with probes that did not run or could not tell is an error, not a
 // pass.
-func Verdict(rep *selftest.Report, err error) daemon.Verdict {
+func Verdict(rep *selftest.Report, err error) selftest.Verdict {
 	if err != nil {
-		return daemon.Verdict{Err: err}
+		return selftest.Verdict{Err: err}
 	}
-	v := daemon.Verdict{Sealed: rep.Sealed()}
+	v := selftest.Verdict{Sealed: rep.Sealed()}
 	for _, r := range rep.Leaks() {
 		v.Leaks = append(v.Leaks, r.ID+": "+r.Detail)
 	}
@@ -437,7 +437,7 @@ func loopbackDialer() selftest.DialFunc {
 }
 
 func listenAddrPort(hp string) (netip.AddrPort, error) {
-	a, port, err := daemon.ListenAddr(hp)
+	a, port, err := nft.ListenAddr(hp)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
