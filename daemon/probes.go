@@ -491,16 +491,3 @@ func (ps *probes) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
-
-// Probes returns the last in-sandbox probe result of every identity.
-func (d *Daemon) Probes() []ProbeResult {
-	d.probes.mu.Lock()
-	defer d.probes.mu.Unlock()
-	var out []ProbeResult
-	for id, s := range d.probes.ids {
-		if s.last != nil {
-			out = append(out, ProbeResult{Identity: id, Report: s.last, Received: s.lastAt})
-		}
-	}
-	return out
-}
