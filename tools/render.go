@@ -23,9 +23,13 @@ func render(contentType string, body []byte, base string, limit int) string {
 	var out string
 	switch {
 	case mt == "text/html" || mt == "application/xhtml+xml":
-		md, err := htmltomarkdown.ConvertString(string(body), converter.WithDomain(base))
+		// The converter passes bytes that are not UTF-8 through: make the
+		// page valid first, as text is (a JSON tool result carries only
+		// UTF-8, and FuzzRender found "<h1>\xb1" coming out as is).
+		page := strings.ToValidUTF8(string(body), "\uFFFD")
+		md, err := htmltomarkdown.ConvertString(page, converter.WithDomain(base))
 		if err != nil {
-			out = fmt.Sprintf("[egressd: the HTML could not be converted (%v); raw text follows]\n%s", err, strings.ToValidUTF8(string(body), "\uFFFD"))
+			out = fmt.Sprintf("[egressd: the HTML could not be converted (%v); raw text follows]\n%s", err, page)
 		} else {
 			out = md
 		}
