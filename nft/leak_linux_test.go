@@ -147,8 +147,9 @@ func gatewayServices(t *testing.T, topo *testnet.Topo) {
 var pingID atomic.Uint32
 
 // runProbe reports whether p got an answer from the sandbox. A refusal
-// (RST, ICMP port unreachable) is an answer: the packet got through. No
-// answer within probeTimeout means blocked.
+// (RST, ICMP port unreachable) is an answer: the packet got through. The
+// wall's own refusal (ICMP administratively prohibited: EHOSTUNREACH,
+// EACCES) or no answer within probeTimeout means blocked.
 func runProbe(topo *testnet.Topo, p probe) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
@@ -161,6 +162,8 @@ func runProbe(topo *testnet.Topo, p probe) (bool, error) {
 		case errors.Is(err, syscall.ECONNREFUSED):
 			return true, nil
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+			return false, nil
+		case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.EACCES):
 			return false, nil
 		}
 		return false, err
@@ -391,7 +394,7 @@ func TestLeak(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	fwdDrop := `counter counter name "drop_fwd" drop`
+	fwdDrop := `counter counter name "drop_fwd" reject with icmpx admin-prohibited`
 	rounds := []struct {
 		name   string
 		table  bool
@@ -406,8 +409,10 @@ func TestLeak(t *testing.T) {
 		{name: "forward drop and high-risk rules removed: metadata leaks too", table: true,
 			tamper: func(t *testing.T) {
 				deleteRules(t, gw, spec.TableName(), chainSbxFwd, fwdDrop,
-					`ip daddr @highrisk4 counter counter name "drop_highrisk" drop`,
-					`ip6 daddr @highrisk6 counter counter name "drop_highrisk" drop`)
+					`ip daddr @highrisk4 fib saddr . iif oif missing counter counter name "drop_highrisk" drop`,
+					`ip daddr @highrisk4 counter counter name "drop_highrisk" reject with icmpx admin-prohibited`,
+					`ip6 daddr @highrisk6 fib saddr . iif oif missing counter counter name "drop_highrisk" drop`,
+					`ip6 daddr @highrisk6 counter counter name "drop_highrisk" reject with icmpx admin-prohibited`)
 			},
 			want: groups(grpService, grpInet, grpMeta)},
 		{name: "forward classifier removed: nothing forwarded is judged", table: true,
@@ -417,7 +422,7 @@ func TestLeak(t *testing.T) {
 			want: groups(grpService, grpInet, grpMeta)},
 		{name: "input drop removed: the gateway's other ports and addresses leak", table: true,
 			tamper: func(t *testing.T) {
-				deleteRules(t, gw, spec.TableName(), chainSbxIn, `counter counter name "drop_input" drop`)
+				deleteRules(t, gw, spec.TableName(), chainSbxIn, `counter counter name "drop_input" reject with icmpx admin-prohibited`)
 			},
 			want: groups(grpService, grpGateway)},
 		{name: "neighbour discovery rules removed: IPv6 to the gateway fails", table: true,
@@ -522,6 +527,8 @@ func TestUIDProbeHelper(t *testing.T) {
 			switch {
 			case err == nil || errors.Is(err, syscall.ECONNREFUSED):
 				fmt.Printf("open %s\n", addr)
+			case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.EACCES):
+				fmt.Printf("refused %s\n", addr) // the wall's ICMP administratively prohibited
 			case errors.As(err, &ne) && ne.Timeout():
 				fmt.Printf("blocked %s\n", addr)
 			default:
@@ -536,8 +543,9 @@ func TestUIDProbeHelper(t *testing.T) {
 }
 
 // uidOpen runs the helper as uid in the gateway namespace and returns the
-// addresses it reached.
-func uidOpen(t *testing.T, topo *testnet.Topo, uid int, addrs []string) []string {
+// addresses it reached and those that stayed silent (neither reached nor
+// refused) until the probe's timeout.
+func uidOpen(t *testing.T, topo *testnet.Topo, uid int, addrs []string) (open, silent []string) {
 	t.Helper()
 	cmd := exec.Command("nsenter", "--net="+topo.Gateway.Path(), "--", os.Args[0], "-test.run=^TestUIDProbeHelper$", "-test.v")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %s", helperEnv, uid, topo.Gateway.Cookie(), strings.Join(addrs, ",")))
@@ -545,14 +553,16 @@ func uidOpen(t *testing.T, topo *testnet.Topo, uid int, addrs []string) []string
 	if err != nil {
 		t.Fatalf("uid %d probe helper: %v\n%s", uid, err, out)
 	}
-	var open []string
 	seen := 0
 	for _, l := range strings.Split(string(out), "\n") {
 		switch f := strings.Fields(l); {
 		case len(f) == 2 && f[0] == "open":
 			open = append(open, f[1])
 			seen++
+		case len(f) == 2 && f[0] == "refused":
+			seen++
 		case len(f) == 2 && f[0] == "blocked":
+			silent = append(silent, f[1])
 			seen++
 		case len(f) > 0 && f[0] == "error":
 			t.Errorf("uid %d probe: %s", uid, l)
@@ -562,7 +572,7 @@ func uidOpen(t *testing.T, topo *testnet.Topo, uid int, addrs []string) []string
 		t.Fatalf("uid %d probe helper reported %d of %d addresses:\n%s", uid, seen, len(addrs), out)
 	}
 	slices.Sort(open)
-	return open
+	return open, silent
 }
 
 func TestLeakUID(t *testing.T) {
@@ -598,7 +608,7 @@ func TestLeakUID(t *testing.T) {
 		{name: "wall: another uid is not a sandbox", table: true, uid: otherUID, want: sorted(all...)},
 		{name: "output drop removed: direct traffic leaks, metadata stays dropped", table: true, uid: sandboxUID,
 			tamper: func(t *testing.T) {
-				deleteRules(t, gw, spec.TableName(), chainSbxOut, `counter counter name "drop_output_uid" drop`)
+				deleteRules(t, gw, spec.TableName(), chainSbxOut, `counter counter name "drop_output_uid" reject with icmpx admin-prohibited`)
 			},
 			want: sorted(proxy, dnsTCP, other, origin, origin6)},
 	}
@@ -614,9 +624,14 @@ func TestLeakUID(t *testing.T) {
 			if r.tamper != nil {
 				r.tamper(t)
 			}
-			if got := uidOpen(t, topo, r.uid, all); strings.Join(got, " ") != strings.Join(r.want, " ") {
+			got, silent := uidOpen(t, topo, r.uid, all)
+			if strings.Join(got, " ") != strings.Join(r.want, " ") {
 				show, _ := Show(gw, spec.TableName())
 				t.Errorf("uid %d reached:\ngot  %q\nwant %q\ntable:\n%s", r.uid, got, r.want, show)
+			}
+			if r.table && r.tamper == nil && len(silent) > 0 {
+				// The wall refuses (an ICMP error over lo: no rate limit), it does not drop.
+				t.Errorf("uid %d: silence until the timeout from %q, want the wall's refusal", r.uid, silent)
 			}
 			if r.table && r.tamper == nil && r.uid == sandboxUID {
 				ctrs, err := Counters(gw, spec.TableName())

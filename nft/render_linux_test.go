@@ -18,6 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// refusalText is the walls' refusal as describeRule and nft write it.
+const refusalText = "reject with icmpx admin-prohibited"
+
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 // goldenSpecs are the specs whose rendering is pinned in testdata/NAME.golden.
@@ -105,14 +108,31 @@ func TestRenderInvariants(t *testing.T) {
 					}
 					continue
 				}
-				// A sandbox chain: ends in a counted drop, and high-risk
-				// drops come before every accept.
+				// A sandbox chain: ends in a counted refusal, and
+				// high-risk rules come before every accept. Every refusal
+				// follows a drop of forged sources (the rule before it
+				// with the same match, or the chain's spoof drop): an
+				// ICMP error goes to the source.
 				last := c.rules[len(c.rules)-1].text
-				if !strings.HasPrefix(last, "counter counter name \"drop_") || !strings.HasSuffix(last, " drop") {
-					t.Errorf("chain %s: last rule %q, want an unconditional counted drop", c.name, last)
+				if !strings.HasPrefix(last, "counter counter name \"drop_") || !strings.HasSuffix(last, " "+refusalText) {
+					t.Errorf("chain %s: last rule %q, want an unconditional counted refusal", c.name, last)
 				}
-				seenAccept := false
-				for _, r := range c.rules {
+				seenAccept, spoofDropped := false, false
+				for i, r := range c.rules {
+					if r.text == `fib saddr . iif oif missing counter counter name "drop_spoofed" drop` {
+						spoofDropped = true
+					}
+					if m, ok := strings.CutSuffix(r.text, " "+refusalText); ok && !spoofDropped {
+						m, _, _ = strings.Cut(m, "counter counter name")
+						m = strings.TrimSpace(m)
+						guard := "fib saddr . iif oif missing"
+						if c.name == chainSbxOut {
+							guard = "fib saddr type != local"
+						}
+						if prev := c.rules[max(i-1, 0)].text; m == "" && !strings.HasPrefix(prev, guard+" ") || m != "" && !strings.HasPrefix(prev, m+" "+guard+" ") || !strings.HasSuffix(prev, " drop") {
+							t.Errorf("chain %s: refusal %q without a drop of forged sources before it (got %q)", c.name, r.text, prev)
+						}
+					}
 					if strings.HasSuffix(r.text, " accept") {
 						seenAccept = true
 					}
@@ -219,8 +239,8 @@ func TestDiff(t *testing.T) {
 		{"dormant", func(st *state) { st.flags = unix.NFT_TABLE_F_DORMANT },
 			[]string{"table inet egressd: flags 0x1, want 0x0 (dormant: every chain is off)"}},
 		{"rule removed", func(st *state) { st.chains[3].rules = st.chains[3].rules[2:] }, []string{
-			`chain sbx_fwd: missing rule ip daddr @highrisk4 counter counter name "drop_highrisk" drop`,
-			`chain sbx_fwd: missing rule ip6 daddr @highrisk6 counter counter name "drop_highrisk" drop`,
+			`chain sbx_fwd: missing rule ip daddr @highrisk4 fib saddr . iif oif missing counter counter name "drop_highrisk" drop`,
+			`chain sbx_fwd: missing rule ip daddr @highrisk4 counter counter name "drop_highrisk" reject with icmpx admin-prohibited`,
 		}},
 		{"accept inserted", func(st *state) {
 			st.chains[2].rules = append([]ruleState{{text: "accept"}}, st.chains[2].rules...)
@@ -228,7 +248,7 @@ func TestDiff(t *testing.T) {
 		{"order", func(st *state) {
 			r := st.chains[3].rules
 			r[0], r[2] = r[2], r[0]
-		}, []string{`chain sbx_fwd: rules out of order: got ["counter counter name \"drop_fwd\" drop" "ip6 daddr @highrisk6 counter counter name \"drop_highrisk\" drop" "ip daddr @highrisk4 counter counter name \"drop_highrisk\" drop"]`}},
+		}, []string{`chain sbx_fwd: rules out of order: got ["ip6 daddr @highrisk6 fib saddr . iif oif missing counter counter name \"drop_highrisk\" drop" "ip daddr @highrisk4 counter counter name \"drop_highrisk\" reject with icmpx admin-prohibited" "ip daddr @highrisk4 fib saddr . iif oif missing counter counter name \"drop_highrisk\" drop" "ip6 daddr @highrisk6 counter counter name \"drop_highrisk\" reject with icmpx admin-prohibited" "fib saddr . iif oif missing counter counter name \"drop_spoofed\" drop" "counter counter name \"drop_fwd\" reject with icmpx admin-prohibited"]`}},
 		{"policy", func(st *state) {
 			st.chains[0].header = strings.Replace(st.chains[0].header, "accept", "drop", 1)
 		}, []string{`chain input: got "type filter hook input priority -10 policy drop", want "type filter hook input priority -10 policy accept"`}},

@@ -85,14 +85,16 @@ func build(s Spec) (*ruleset, error) {
 	}
 
 	// Rules every sandbox chain starts with: high-risk first, ahead of any
-	// accept, with its own counter.
-	highRisk := func() [][]expr.Any {
+	// accept, with its own counter. Refused like everything else (a
+	// metadata client fails at once instead of hanging), never answered to
+	// a forged source (forged: the chain's test for one).
+	highRisk := func(forged []expr.Any) [][]expr.Any {
 		var rules [][]expr.Any
 		if set := sets[setHR4]; set != nil {
-			rules = append(rules, b.rule(addrMatch(false, false, set), CounterDropHighRisk, verdict(expr.VerdictDrop)))
+			rules = append(rules, b.refusal(addrMatch(false, false, set), forged, CounterDropHighRisk)...)
 		}
 		if set := sets[setHR6]; set != nil {
-			rules = append(rules, b.rule(addrMatch(true, false, set), CounterDropHighRisk, verdict(expr.VerdictDrop)))
+			rules = append(rules, b.refusal(addrMatch(true, false, set), forged, CounterDropHighRisk)...)
 		}
 		return rules
 	}
@@ -141,7 +143,7 @@ func build(s Spec) (*ruleset, error) {
 	}
 
 	if len(s.IfPrefixes) > 0 || len(s.SourceCIDRs) > 0 {
-		in := highRisk()
+		in := highRisk(reversePathMissing())
 		if sets[setGw6] != nil {
 			// IPv6 to the gateway needs neighbour discovery. Hop limit 255
 			// proves the packet was not routed (RFC 4861 §7.1.1), and input
@@ -158,9 +160,14 @@ func build(s Spec) (*ruleset, error) {
 		// probes come from "::".
 		in = append(in, b.rule(reversePathMissing(), CounterDropSpoofed, verdict(expr.VerdictDrop)))
 		in = append(in, services()...)
-		in = append(in, b.rule(nil, CounterDropInput, verdict(expr.VerdictDrop)))
+		// Forged sources are gone by now: a plain refusal.
+		in = append(in, b.rule(nil, CounterDropInput, nil, refuse()))
 
-		fwd := append(highRisk(), b.rule(nil, CounterDropForward, verdict(expr.VerdictDrop)))
+		// The forward chain drops forged sources too (counted as spoofed),
+		// before the refusal that would answer them.
+		fwd := append(highRisk(reversePathMissing()),
+			b.rule(reversePathMissing(), CounterDropSpoofed, verdict(expr.VerdictDrop)),
+			b.rule(nil, CounterDropForward, nil, refuse()))
 
 		rs.chains = append(rs.chains,
 			chainDef{chain: baseChain(rs.table, chainInput, nftables.ChainHookInput), rules: classify(chainSbxIn, true)},
@@ -175,7 +182,7 @@ func build(s Spec) (*ruleset, error) {
 		// chain (which accepts the target ports) judges it; nothing of it
 		// is forwarded. Only destinations the policy could allow are
 		// redirected (a rule's cidrs, a DNS answer for an allowed name):
-		// any other meets the forward chain's drop, as in a sealed box, so
+		// any other meets the forward chain's refusal, as in a sealed box, so
 		// a probe sees the same wall with transparent mode on or off.
 		// High-risk destinations return first: never redirected, even
 		// inside a rule's cidrs.
@@ -203,8 +210,12 @@ func build(s Spec) (*ruleset, error) {
 		)
 	}
 	if uids := sets[setUIDs]; uids != nil {
-		out := append(highRisk(), services()...)
-		out = append(out, b.rule(nil, CounterDropOutputUID, verdict(expr.VerdictDrop)))
+		// A local socket forges a source only with a raw socket
+		// (IP_HDRINCL): any source that is not the host's own is forged.
+		out := append(highRisk(sourceNotLocal()), services()...)
+		out = append(out,
+			b.rule(sourceNotLocal(), CounterDropOutputUID, verdict(expr.VerdictDrop)),
+			b.rule(nil, CounterDropOutputUID, nil, refuse()))
 		rs.chains = append(rs.chains,
 			chainDef{chain: baseChain(rs.table, chainOutput, nftables.ChainHookOutput), rules: [][]expr.Any{
 				b.rule([]expr.Any{
@@ -290,9 +301,31 @@ func (b *builder) rule(match []expr.Any, counter string, v *expr.Verdict, tail .
 	return append(r, tail...)
 }
 
+// refusal is the rules that stop traffic matching match, counted in
+// counter: dropped silently when forged also matches (the source is
+// forged), refused otherwise. An ICMP error goes to the packet's source
+// and quotes the packet: answering a forged source would carry the
+// sandbox's bytes to any address it writes there.
+func (b *builder) refusal(match, forged []expr.Any, counter string) [][]expr.Any {
+	return [][]expr.Any{
+		b.rule(cat(match, forged), counter, verdict(expr.VerdictDrop)),
+		b.rule(match, counter, nil, refuse()),
+	}
+}
+
+// refuse is the walls' answer to what they stop: "reject with icmpx
+// admin-prohibited" (ICMP code 13, ICMPv6 code 1), so the client fails at
+// once (EHOSTUNREACH, EACCES), as in a sealed box, instead of waiting out
+// its timeout. Never a TCP reset or port-unreachable: those say that the
+// packet reached its target, which is how egressd's own probes tell a
+// leak (selftest/direct.go).
+func refuse() *expr.Reject {
+	return &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
+}
+
 func baseChain(t *nftables.Table, name string, hook *nftables.ChainHook) *nftables.Chain {
 	// Policy accept: the wall judges only sandbox traffic; the sandbox
-	// chains it jumps to always end in drop.
+	// chains it jumps to always end in a refusal.
 	policy := nftables.ChainPolicyAccept
 	return &nftables.Chain{Table: t, Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook,
 		Priority: nftables.ChainPriorityRef(filterPriority), Policy: &policy}
@@ -386,6 +419,15 @@ func reversePathMissing() []expr.Any {
 	return []expr.Any{
 		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0, 0, 0, 0}},
+	}
+}
+
+// sourceNotLocal is "fib saddr type != local": the source is none of the
+// host's addresses (the output hook's test for a forged source).
+func sourceNotLocal() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
 	}
 }
 

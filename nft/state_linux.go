@@ -532,17 +532,36 @@ func verdictText(e *expr.Verdict) string {
 	return fmt.Sprintf("verdict %d", e.Kind)
 }
 
+// rejectText is a reject as nft writes it in the inet family; only the
+// walls' own (refuse) and a TCP reset have words, so that any other reads
+// as drift.
+func rejectText(e *expr.Reject) string {
+	switch {
+	case e.Type == unix.NFT_REJECT_ICMPX_UNREACH && e.Code == unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED:
+		return "reject with icmpx admin-prohibited"
+	case e.Type == unix.NFT_REJECT_TCP_RST:
+		return "reject with tcp reset"
+	}
+	return fmt.Sprintf("reject type %d code %d", e.Type, e.Code)
+}
+
 // fibText reads a fib expression and the comparison after it; only the
-// reverse-path check (reversePathMissing) has words.
+// reverse-path check (reversePathMissing) and the local-source check
+// (sourceNotLocal) have words.
 func fibText(e *expr.Fib, next expr.Any) (string, bool) {
 	c, ok := next.(*expr.Cmp)
-	if !ok || c.Register != e.Register || c.Op != expr.CmpOpEq || !bytes.Equal(c.Data, []byte{0, 0, 0, 0}) {
+	if !ok || c.Register != e.Register {
 		return "", false
 	}
-	if *e != (expr.Fib{Register: e.Register, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true}) {
-		return "", false
+	switch {
+	case *e == (expr.Fib{Register: e.Register, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true}) &&
+		c.Op == expr.CmpOpEq && bytes.Equal(c.Data, []byte{0, 0, 0, 0}):
+		return "fib saddr . iif oif missing", true
+	case *e == (expr.Fib{Register: e.Register, FlagSADDR: true, ResultADDRTYPE: true}) &&
+		c.Op == expr.CmpOpNeq && bytes.Equal(c.Data, binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)):
+		return "fib saddr type != local", true
 	}
-	return "fib saddr . iif oif missing", true
+	return "", false
 }
 
 // redirectText reads an immediate port and the redirect to it.
@@ -616,6 +635,9 @@ func describeRule(exprs []expr.Any, counts bool) string {
 			}
 		case *expr.Verdict:
 			say(verdictText(e))
+			continue
+		case *expr.Reject:
+			say(rejectText(e))
 			continue
 		}
 		say(fmt.Sprintf("[%T %+v]", exprs[i], exprs[i]))

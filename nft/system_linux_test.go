@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Root-only system tests. Each acts in a fresh namespace of its own (newNS);
@@ -208,7 +209,7 @@ func ruleLines(listing string) []string {
 	var out []string
 	for _, l := range strings.Split(listing, "\n") {
 		l = strings.TrimSpace(l)
-		if strings.HasSuffix(l, " accept") && !strings.Contains(l, "policy") || strings.HasSuffix(l, " drop") || strings.Contains(l, " jump ") {
+		if strings.HasSuffix(l, " accept") && !strings.Contains(l, "policy") || strings.HasSuffix(l, " drop") || strings.Contains(l, " jump ") || strings.Contains(l, " reject") {
 			out = append(out, l)
 		}
 	}
@@ -237,15 +238,28 @@ func findRule(t *testing.T, c *nftables.Conn, tbl *nftables.Table, chain, text s
 	return nil
 }
 
+const fwdRefusal = `counter counter name "drop_fwd" reject with icmpx admin-prohibited`
+
 var tampers = []tamper{
 	{
-		name: "forward drop deleted",
+		name: "forward refusal deleted",
 		do: func(t *testing.T, c *nftables.Conn, tbl *nftables.Table, _ string) {
-			if err := c.DelRule(findRule(t, c, tbl, chainSbxFwd, `counter counter name "drop_fwd" drop`)); err != nil {
+			if err := c.DelRule(findRule(t, c, tbl, chainSbxFwd, fwdRefusal)); err != nil {
 				t.Fatal(err)
 			}
 		},
-		want: []string{`chain sbx_fwd: missing rule counter counter name "drop_fwd" drop`},
+		want: []string{`chain sbx_fwd: missing rule ` + fwdRefusal},
+	},
+	{
+		// A reset reads as "the target answered" to every probe: not the
+		// wall's answer, so drift.
+		name: "forward refusal turned into a TCP reset",
+		do: func(t *testing.T, c *nftables.Conn, tbl *nftables.Table, _ string) {
+			r := findRule(t, c, tbl, chainSbxFwd, fwdRefusal)
+			r.Exprs[len(r.Exprs)-1] = &expr.Reject{Type: unix.NFT_REJECT_TCP_RST}
+			c.ReplaceRule(r)
+		},
+		want: []string{`chain sbx_fwd: missing rule ` + fwdRefusal, `chain sbx_fwd: unexpected rule counter counter name "drop_fwd" reject with tcp reset`},
 	},
 	{
 		name: "accept inserted ahead of the classifier",
@@ -365,7 +379,7 @@ func TestSystemWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: s.TableName()}
-	if err := c.DelRule(findRule(t, c, tbl, chainSbxFwd, `counter counter name "drop_fwd" drop`)); err != nil {
+	if err := c.DelRule(findRule(t, c, tbl, chainSbxFwd, fwdRefusal)); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -374,7 +388,7 @@ func TestSystemWatch(t *testing.T) {
 	}
 	select {
 	case ev := <-events:
-		want := `chain sbx_fwd: missing rule counter counter name "drop_fwd" drop`
+		want := `chain sbx_fwd: missing rule ` + fwdRefusal
 		if ev.err != nil || len(ev.drift) != 1 || ev.drift[0] != want {
 			t.Fatalf("Watch reported %q, %v; want [%s] repaired", ev.drift, ev.err, want)
 		}

@@ -35,17 +35,24 @@ func blockedErr(err error) (result string, ok bool) {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "blocked (no answer)", true
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		// egressd's walls answer IPv4 with an ICMP administratively
+		// prohibited, which arrives as EHOSTUNREACH.
 		return "blocked (unreachable)", true
-	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
-		// A local output filter (uid-based walls) refuses the send.
+	case errors.Is(err, syscall.EACCES):
+		// The same answer over IPv6 (ICMPv6 administratively prohibited).
+		return "blocked (administratively prohibited)", true
+	case errors.Is(err, syscall.EPERM):
+		// A local output filter refuses the send.
 		return "blocked (refused locally)", true
 	}
 	return "", false
 }
 
 // refusedByTarget: a TCP reset or an ICMP port-unreachable came back, so a
-// packet reached the target host. egressd's walls drop silently.
-const refusedByTarget = "a reset or port-unreachable came back: the packet reached the target (egressd's walls drop silently; a REJECT elsewhere on the path also reads as this)"
+// packet reached the target host. egressd's walls answer with an ICMP
+// administratively prohibited instead (EHOSTUNREACH, EACCES: blockedErr),
+// or, for a forged source or past the kernel's ICMP rate limit, nothing.
+const refusedByTarget = "a reset or port-unreachable came back: the packet reached the target (egressd's walls refuse with administratively prohibited, never a reset; a REJECT with a reset elsewhere on the path also reads as this)"
 
 // tcp connects directly; a connection or a reset is a leak.
 func (r *runner) tcp(ctx context.Context, ap netip.AddrPort) outcome {
