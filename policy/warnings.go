@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -88,4 +89,33 @@ func (p *Policy) neverAllowHost(r *Rule, operatorDenied map[string]bool) string 
 		}
 	}
 	return ""
+}
+
+// NeverAllowsAddrs is the warning for host, a name rule r lists, when
+// every address in addrs (what the name resolves to) is one egressd
+// refuses to dial under r (CheckAddr: a special-use address without the
+// rule's cidrs naming its block, or a high-risk one): the rule can never
+// allow it. "" when one address is dialable, or addrs is empty. validate
+// prints it for the rules' names it resolves. (A rule cannot list an
+// address as a host, and names that always resolve to loopback, such as
+// localhost, are high-risk names: Warnings names those without
+// resolving.)
+func (p *Policy) NeverAllowsAddrs(r *Rule, host string, addrs []netip.Addr) string {
+	if len(addrs) == 0 {
+		return ""
+	}
+	var refused []string
+	for _, a := range addrs {
+		ok, info := p.CheckAddr(r, a)
+		if ok {
+			return ""
+		}
+		if len(refused) < 4 {
+			refused = append(refused, fmt.Sprintf("%s (%s)", a, info.Class))
+		}
+	}
+	if more := len(addrs) - len(refused); more > 0 {
+		refused = append(refused, fmt.Sprintf("%d more", more))
+	}
+	return fmt.Sprintf("allow[%d] (%q) can never allow %s: it resolves only to %s, special-use addresses egressd refuses to dial (403 special-address, high-risk ones always) unless the rule's cidrs name their block; name the block in the rule's cidrs, or point the name at a public address", r.Index, r.Name, host, strings.Join(refused, ", "))
 }

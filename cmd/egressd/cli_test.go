@@ -96,11 +96,11 @@ func TestCAExportNeverMints(t *testing.T) {
 func TestValidateWarns(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - hosts: [a.example]\n"), 0o644)
-	code, out, errs := runCmd("validate", cfg)
+	code, out, errs := runCmd("validate", "--offline", cfg)
 	if code != exitOK || !strings.Contains(out, "ok") || !strings.Contains(errs, "warning: selftest.expect_reachable is empty") || !strings.Contains(errs, "warning: selftest has no canary") {
 		t.Errorf("validate: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, _, errs := runCmd("validate"); code != exitOK || strings.Contains(errs, "warning") {
+	if code, _, errs := runCmd("validate", "--offline"); code != exitOK || strings.Contains(errs, "warning") {
 		t.Errorf("validate of the default config: exit %d, stderr %q", code, errs)
 	}
 }

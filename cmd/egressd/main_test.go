@@ -55,7 +55,7 @@ func TestValidateContract(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errs, bad+":3: allow[0].hosts[0]") || !strings.Contains(errs, bad+`:4: allow[0]: unknown key "bogus"`) {
 		t.Errorf("broken config: exit %d, stderr %q", code, errs)
 	}
-	if code, out, _ := runCmd("validate"); code != exitOK || !strings.Contains(out, "ok") {
+	if code, out, _ := runCmd("validate", "--offline"); code != exitOK || !strings.Contains(out, "ok") {
 		t.Errorf("embedded default: exit %d %q", code, out)
 	}
 	if code, _, _ := runCmd("check", "--config", bad, "http://example.com/"); code != exitUsage {
@@ -99,7 +99,7 @@ func TestInitValidates(t *testing.T) {
 	if code, _, errs := runCmd("init", "--preset", "pypi,crates,github-read,docs,npm=npm.internal.example", "--sandbox", "kubernetes", "--out", out); code != exitOK {
 		t.Fatalf("init: exit %d %s", code, errs)
 	}
-	if code, stdout, errs := runCmd("validate", "--config", out); code != exitOK {
+	if code, stdout, errs := runCmd("validate", "--offline", "--config", out); code != exitOK {
 		t.Errorf("validate of the init output: exit %d %s %s", code, stdout, errs)
 	}
 	if code, _, errs := runCmd("init", "--preset", "pypi", "--out", out); code != exitUsage || !strings.Contains(errs, "exists") {

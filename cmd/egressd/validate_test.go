@@ -26,15 +26,15 @@ allow:
     hosts: [api.github.com]
     pages: [read]
 `), 0o644)
-	code, out, errs := runCmd("validate", shadow)
+	code, out, errs := runCmd("validate", "--offline", shadow)
 	if code != exitOK || !strings.Contains(out, "ok") || !strings.Contains(errs, `warning: allow[1] ("gh-api-read") is shadowed`) || !strings.Contains(errs, `allow[0] ("gh")`) {
 		t.Errorf("validate: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	code, out, errs = runCmd("validate", "--strict", shadow)
+	code, out, errs = runCmd("validate", "--offline", "--strict", shadow)
 	if code != exitUsage || strings.Contains(out, "ok") || !strings.Contains(errs, `error: allow[1] ("gh-api-read") is shadowed`) {
 		t.Errorf("validate --strict: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, out, errs := runCmd("validate", "--strict"); code != exitOK || !strings.Contains(out, "ok") {
+	if code, out, errs := runCmd("validate", "--offline", "--strict"); code != exitOK || !strings.Contains(out, "ok") {
 		t.Errorf("validate --strict of the default config: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
