@@ -210,8 +210,11 @@ func (r *runner) icmp(ctx context.Context, a netip.Addr) outcome {
 				return datagramOutcome(ctxErr(ctx, err))
 			}
 			// A raw socket sees every ICMP packet of the namespace: keep
-			// only the reply to this probe's own echo.
+			// only the reply to this probe's own echo, or a refusal of it.
 			m, err := icmp.ParseMessage(proto, buf[:n])
+			if err == nil && refusesEcho(m, a, id) {
+				return pass("blocked (administratively prohibited)")
+			}
 			if err != nil || m.Type != reply {
 				continue
 			}
@@ -225,6 +228,48 @@ func (r *runner) icmp(ctx context.Context, a netip.Addr) outcome {
 			}
 		}
 	}
+}
+
+// ICMP codes of "communication administratively prohibited", the walls'
+// refusal (reject with icmpx admin-prohibited).
+const (
+	icmp4AdminProhibited = 13
+	icmp6AdminProhibited = 1
+)
+
+// refusesEcho says whether m is an ICMP administratively prohibited that
+// quotes an echo request with id sent to dst: a wall refused this probe's
+// own echo, as a connect or send reads the same refusal (blockedErr).
+// An unconnected raw socket gets no socket error for it (IPv6 never),
+// so the probe reads the message itself. m comes from the network: every
+// length is checked.
+func refusesEcho(m *icmp.Message, dst netip.Addr, id int) bool {
+	du, ok := m.Body.(*icmp.DstUnreach)
+	if !ok {
+		return false
+	}
+	q := du.Data // the refused packet: its IP header, then the echo
+	var hdr, dstOff int
+	var echo byte // the quoted message's type: an echo request
+	switch {
+	case m.Type == ipv4.ICMPTypeDestinationUnreachable && m.Code == icmp4AdminProhibited && dst.Is4():
+		if len(q) < 20 || q[0]>>4 != 4 || q[9] != 1 {
+			return false
+		}
+		hdr, dstOff, echo = int(q[0]&0x0f)*4, 16, byte(ipv4.ICMPTypeEcho)
+	case m.Type == ipv6.ICMPTypeDestinationUnreachable && m.Code == icmp6AdminProhibited && dst.Is6():
+		if len(q) < 40 || q[0]>>4 != 6 || q[6] != 58 { // no extension headers: the probe sends none
+			return false
+		}
+		hdr, dstOff, echo = 40, 24, byte(ipv6.ICMPTypeEchoRequest)
+	default:
+		return false
+	}
+	if hdr < 20 || len(q) < hdr+8 {
+		return false
+	}
+	qdst, ok := netip.AddrFromSlice(q[dstOff : dstOff+dst.BitLen()/8])
+	return ok && qdst == dst && q[hdr] == echo && int(binary.BigEndian.Uint16(q[hdr+4:])) == id
 }
 
 // redirectProbeHost is the Host of a redirected HTTP probe; .invalid never
