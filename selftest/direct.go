@@ -129,15 +129,12 @@ func exchangeUDP(ctx context.Context, dial DialFunc, ap netip.AddrPort, payload 
 		if _, err := c.Write(payload); err != nil {
 			return 0, ctxErr(ctx, err)
 		}
-		next := time.Now().Add(resendEvery)
-		if !deadline.IsZero() && next.After(deadline) {
-			next = deadline
-		}
+		next, last := resendAt(deadline)
 		c.SetReadDeadline(next)
 		for {
 			n, err := c.Read(buf)
 			if err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !last {
 					break // send again
 				}
 				return 0, ctxErr(ctx, err)
@@ -147,6 +144,19 @@ func exchangeUDP(ctx context.Context, dial DialFunc, ap netip.AddrPort, payload 
 			}
 		}
 	}
+}
+
+// resendAt is when a datagram probe waiting for an answer sends again:
+// resendEvery from now, or its deadline (zero: none) if that comes first.
+// last says the wait ends at the deadline: its timeout is the probe's end
+// even if the context's timer has not fired yet (sending again then would
+// spin until it does).
+func resendAt(deadline time.Time) (next time.Time, last bool) {
+	next = time.Now().Add(resendEvery)
+	if !deadline.IsZero() && !next.Before(deadline) {
+		return deadline, true
+	}
+	return next, false
 }
 
 // ctxErr prefers the context's error once it has ended: the deadline, not
@@ -196,15 +206,12 @@ func (r *runner) icmp(ctx context.Context, a netip.Addr) outcome {
 		if _, err := pc.WriteTo(msg, to); err != nil {
 			return datagramOutcome(ctxErr(ctx, err))
 		}
-		next := time.Now().Add(resendEvery)
-		if !deadline.IsZero() && next.After(deadline) {
-			next = deadline
-		}
+		next, last := resendAt(deadline)
 		pc.SetReadDeadline(next)
 		for {
 			n, from, err := pc.ReadFrom(buf)
 			if err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !last {
 					break
 				}
 				return datagramOutcome(ctxErr(ctx, err))
