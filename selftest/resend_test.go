@@ -64,3 +64,28 @@ func TestExchangeUDPStopsAtDeadline(t *testing.T) {
 		t.Errorf("%d datagrams sent in 600 ms, want at most 4 (one every %v)", n, resendEvery)
 	}
 }
+
+// TestTCPProbeSendsAgain: a direct TCP probe whose first SYN is lost
+// (here: a first dial that never completes) tries again after
+// tcpResendAfter instead of waiting for the kernel's retransmission at
+// 1 s, so one lost packet on a path out cannot read as blocked within a
+// short timeout. Connected on the second try is a leak.
+func TestTCPProbeSendsAgain(t *testing.T) {
+	var dials atomic.Int32
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			<-ctx.Done() // the lost SYN: no answer until the probe ends
+			return nil, ctx.Err()
+		}
+		c1, c2 := net.Pipe()
+		c2.Close()
+		return c1, nil
+	}
+	r := &runner{c: Config{Dial: dial, Timeout: time.Second}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	o := r.tcp(ctx, netip.MustParseAddrPort("203.0.113.10:443"))
+	if o.status != Leak || dials.Load() != 2 {
+		t.Errorf("got %s %q after %d dials, want a leak on the second", o.status, o.result, dials.Load())
+	}
+}
