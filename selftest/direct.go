@@ -54,9 +54,68 @@ func blockedErr(err error) (result string, ok bool) {
 // or, for a forged source or past the kernel's ICMP rate limit, nothing.
 const refusedByTarget = "a reset or port-unreachable came back: the packet reached the target (egressd's walls refuse with administratively prohibited, never a reset; a REJECT with a reset elsewhere on the path also reads as this)"
 
+// tcpResendAfter is when a direct TCP probe connects again while its
+// first connect has had no answer: the kernel retransmits a SYN only after
+// 1 s (its initial RTO), so one lost SYN on a path out would read as
+// blocked within a timeout of 1 s (datagram probes send again every
+// resendEvery).
+const tcpResendAfter = 500 * time.Millisecond
+
+// dialTCP connects directly to ap, a second time in parallel if the first
+// has had no answer after tcpResendAfter. The first answer wins: a
+// connection or an error other than a timeout (a refusal, a reset); the
+// other connect is cancelled and anything it opens closed.
+func (r *runner) dialTCP(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	results := make(chan result, 2)
+	dial := func() {
+		c, err := r.c.Dial(ctx, "tcp", ap.String())
+		results <- result{c, err}
+	}
+	go dial()
+	again := time.NewTimer(tcpResendAfter)
+	defer again.Stop()
+	started, pending := 1, 1
+	var last result
+	for pending > 0 {
+		select {
+		case <-again.C:
+			if started == 1 {
+				started, pending = 2, pending+1
+				go dial()
+			}
+		case last = <-results:
+			pending--
+			if last.err == nil || !timedOut(last.err) {
+				go func(n int) { // cancel (deferred) ends it at once
+					for range n {
+						if res := <-results; res.c != nil {
+							res.c.Close()
+						}
+					}
+				}(pending)
+				return last.c, last.err
+			}
+		}
+	}
+	return last.c, last.err
+}
+
+// timedOut says whether err is a wait that ended without an answer.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
 // tcp connects directly; a connection or a reset is a leak.
 func (r *runner) tcp(ctx context.Context, ap netip.AddrPort) outcome {
-	c, err := r.c.Dial(ctx, "tcp", ap.String())
+	c, err := r.dialTCP(ctx, ap)
 	if err == nil && r.redirectedTo(ap) {
 		defer c.Close()
 		return redirected(ctx, c, ap)

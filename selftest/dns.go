@@ -56,7 +56,7 @@ func (r *runner) dnsDirect(ctx context.Context, network string, ap netip.AddrPor
 		}
 		return datagramOutcome(err)
 	}
-	c, err := r.c.Dial(ctx, "tcp", ap.String())
+	c, err := r.dialTCP(ctx, ap)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return leak("connection refused", refusedByTarget)
