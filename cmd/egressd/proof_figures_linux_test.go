@@ -3,16 +3,21 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/configs"
 	"github.com/egressd/egressd/internal/testnet"
+	"github.com/egressd/egressd/selftest"
 )
 
 // TestProofFigures measures what docs/PROOF.md reports: the boot
@@ -104,4 +109,43 @@ func selftestDuration(logs string) string {
 		}
 	}
 	return "no self-test sealed line"
+}
+
+// TestProofFiguresDefault measures `egressd run` on the embedded default
+// config (offline: no upstream answers) from start to CMD, several times,
+// and names the probes of the first run that took longest: what a run
+// still waits for. A measurement, like TestProofFigures (EGRESSD_BIN=old
+// binary measures the "before"; its history is not read).
+func TestProofFiguresDefault(t *testing.T) {
+	if os.Getenv("EGRESSD_MEASURE") == "" {
+		t.Skip("a measurement: set EGRESSD_MEASURE=1")
+	}
+	l := newRunLab(t, string(configs.Default))
+	var took []time.Duration
+	for range 5 {
+		begin := time.Now()
+		out, code := l.run(t, nil, "sh", "-c", "date +%s%N")
+		var ns int64
+		for line := range strings.SplitSeq(out, "\n") {
+			if n, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64); err == nil {
+				ns = n
+			}
+		}
+		if code != 0 || ns == 0 {
+			t.Fatalf("run on the default config: exit %d, no timestamp\n%s", code, out)
+		}
+		took = append(took, time.Unix(0, ns).Sub(begin).Round(time.Millisecond))
+	}
+	t.Logf("run on the default config, start to CMD: %v", took)
+	slices.Sort(took)
+	t.Logf("min %v, median %v, max %v", took[0], took[len(took)/2], took[len(took)-1])
+	hs, _, err := selftest.ReadHistory(filepath.Join(l.state, selftest.HistoryFile))
+	if err != nil || len(hs) == 0 {
+		t.Skipf("no history to name the slow probes (%v)", err)
+	}
+	rs := slices.Clone(hs[0].Report.Results) // the first run: a fresh ICMP budget
+	slices.SortFunc(rs, func(a, b selftest.Result) int { return cmp.Compare(b.Duration, a.Duration) })
+	for _, r := range rs[:min(len(rs), 20)] {
+		t.Logf("%-45s %-10s %6v  %s", r.ID, r.Status, r.Duration.Round(time.Millisecond), r.Result)
+	}
 }
