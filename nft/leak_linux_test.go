@@ -106,6 +106,18 @@ func leakProbes() []probe {
 	return ps
 }
 
+// topoSpec is the walls for topo's sandbox link: the proxy and DNS ports
+// on the gateway addresses gws, and the high-risk prefixes highRisk.
+func topoSpec(topo *testnet.Topo, gws []netip.Addr, highRisk ...string) Spec {
+	return Spec{
+		IfPrefixes: []string{topo.IfPrefix},
+		Gateways:   gws,
+		ProxyPort:  leakProxyPort,
+		DNSPort:    leakDNSPort,
+		HighRisk:   pfx(highRisk...),
+	}
+}
+
 // gatewayServices starts the listeners egressd's proxy and DNS would hold,
 // plus other gateway services, all answering anything.
 func gatewayServices(t *testing.T, topo *testnet.Topo) {
@@ -376,13 +388,7 @@ func TestLeak(t *testing.T) {
 	topo := testnet.New(t)
 	gatewayServices(t, topo)
 	gw := topo.Gateway.Fd()
-	spec := Spec{
-		IfPrefixes: []string{topo.IfPrefix},
-		Gateways:   []netip.Addr{testnet.GatewayAddr4, testnet.GatewayAddr6},
-		ProxyPort:  leakProxyPort,
-		DNSPort:    leakDNSPort,
-		HighRisk:   pfx("169.254.169.254/32", "169.254.170.2/32", "fd00:ec2::254/128"),
-	}
+	spec := topoSpec(topo, []netip.Addr{testnet.GatewayAddr4, testnet.GatewayAddr6}, "169.254.169.254/32", "169.254.170.2/32", "fd00:ec2::254/128")
 	probes := leakProbes()
 	groups := func(gs ...string) []string {
 		var out []string

@@ -36,12 +36,7 @@ import (
 func TestSpoofedSourceDropped(t *testing.T) {
 	topo := testnet.New(t, testnet.WithoutServices())
 	gw := topo.Gateway.Fd()
-	spec := Spec{
-		IfPrefixes: []string{topo.IfPrefix},
-		Gateways:   []netip.Addr{testnet.GatewayAddr4, testnet.GatewayAddr6},
-		ProxyPort:  leakProxyPort,
-		DNSPort:    leakDNSPort,
-	}
+	spec := topoSpec(topo, []netip.Addr{testnet.GatewayAddr4, testnet.GatewayAddr6})
 	forged4, forged6 := netip.MustParseAddr("203.0.113.77"), netip.MustParseAddr("2001:db8:77::7")
 	addSandboxAddrs(t, topo, forged4, forged6)
 
