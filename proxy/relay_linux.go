@@ -121,17 +121,32 @@ func (r *relayRead) read(fd uintptr) bool {
 
 // relayWrite writes p in full, returning false (wait for writability) on
 // EAGAIN.
+//
+// It sends with MSG_NOSIGNAL: most tunnels end with one side gone while
+// the other direction still writes, and a plain write(2) then raises
+// SIGPIPE, a round trip through the kernel and the runtime's signal
+// handler per tunnel (the write fails with EPIPE either way). A
+// destination that is not a socket (ENOTSOCK) is written to plainly.
 type relayWrite struct {
-	p   []byte
-	n   int
-	err error
+	p       []byte
+	n       int
+	err     error
+	notSock bool
 }
 
 func (w *relayWrite) write(fd uintptr) bool {
 	for len(w.p) > 0 {
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w.p[0])), uintptr(len(w.p)))
+		var r uintptr
+		var e syscall.Errno
+		if w.notSock {
+			r, _, e = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w.p[0])), uintptr(len(w.p)))
+		} else {
+			r, _, e = syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&w.p[0])), uintptr(len(w.p)), syscall.MSG_NOSIGNAL, 0, 0)
+		}
 		n := int(r)
 		switch e {
+		case syscall.ENOTSOCK:
+			w.notSock = true
 		case 0:
 			if n == 0 {
 				w.err = io.ErrShortWrite
