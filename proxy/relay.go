@@ -37,6 +37,8 @@ var relayBufs = sync.Pool{New: func() any {
 // between two TCP sockets splices, and each waiting splice holds a pipe
 // (two descriptors and its kernel buffer) for as long as the tunnel is
 // quiet, and costs more system time than read and write on short tunnels.
+// A streaming burst between sockets splices through a pipe of its own that
+// ends with the burst (spliceBurst, Linux).
 //
 // Each read with data is recorded in idle (nil: not watched).
 func relay(dst io.Writer, src net.Conn, idle *idleWatch) (int64, error) {

@@ -411,7 +411,7 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 	if host == "" {
 		host = d.Host
 	}
-	x.log.LogAttrs(ctx, level, event.Msg, append([]slog.Attr{
+	x.record(ctx, level, append([]slog.Attr{
 		slog.String(event.KeyIdentity, rq.logIdentity()),
 		slog.String(event.KeySource, rq.source),
 		slog.String(event.KeyView, d.View),
@@ -432,7 +432,21 @@ func (x *Proxy) logDecisionReason(ctx context.Context, rq *request, status int, 
 		slog.String(event.KeyDetail, detail),
 		slog.Bool(event.KeyInspected, rq.tunnel != nil),
 		slog.String(event.KeyVia, rq.via),
-	}, rq.honeyAttrs()...)...)
+	}, rq.honeyAttrs()...))
 
 	x.count(rq, decision, reason.String(), d.PageType.String(), d.RuleName(), d.HighRisk)
+}
+
+// record writes one decision record (event.Msg). It builds the
+// slog.Record itself, with no caller PC: slog's Logger finds one by
+// unwinding the stack on every line, and no handler of egressd reads it
+// (about 1 % of the proxy's CPU per new tunnel, which writes three).
+func (x *Proxy) record(ctx context.Context, level slog.Level, attrs []slog.Attr) {
+	h := x.log.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), level, event.Msg, 0)
+	r.AddAttrs(attrs...)
+	h.Handle(ctx, r) //nolint:errcheck // as slog.Logger: a handler reports its own failures (the audit sink fails closed)
 }

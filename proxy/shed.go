@@ -43,6 +43,7 @@ type fdGuard struct {
 	mu      sync.Mutex
 	sampled time.Time
 	open    int          // at the last sample
+	lim     int          // the ceiling at the last sample (a system call: not per client)
 	since   atomic.Int64 // clients accepted since the last sample
 }
 
@@ -50,12 +51,11 @@ type fdGuard struct {
 func (g *fdGuard) admit(now time.Time) bool {
 	g.mu.Lock()
 	if now.Sub(g.sampled) >= fdSampleEvery {
-		g.sampled, g.open = now, g.count()
+		g.sampled, g.open, g.lim = now, g.count(), g.limit()
 		g.since.Store(0)
 	}
-	open := g.open
+	open, lim := g.open, g.lim
 	g.mu.Unlock()
-	lim := g.limit()
 	if lim <= 0 || open < 0 {
 		return true
 	}

@@ -55,11 +55,11 @@ func (x *Proxy) tunnelOpened(ctx context.Context, rq *request) (closed func()) {
 }
 
 func (x *Proxy) tunnelRecord(ctx context.Context, rq *request, id uint64, phase string) {
-	x.log.LogAttrs(ctx, slog.LevelInfo, event.Msg,
+	x.record(ctx, slog.LevelInfo, []slog.Attr{
 		slog.String(event.KeyIdentity, rq.logIdentity()), slog.String(event.KeyMethod, rq.method),
 		slog.String(event.KeyHost, rq.target.Host()), slog.Int(event.KeyPort, int(rq.target.Port)),
 		slog.String(event.KeyRule, rq.d.RuleName()),
-		slog.String(event.KeyTunnel, phase), slog.Uint64(event.KeyTunnelID, id))
+		slog.String(event.KeyTunnel, phase), slog.Uint64(event.KeyTunnelID, id)})
 }
 
 // OpenTunnels is how many tunnels have not written their close record.

@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"testing"
+)
+
+// TestRelayStreamSplices: a streaming tunnel direction moves its bytes
+// with splice(2) (the kernel copies; read and write copied each 64 KiB
+// into the process and out again), every byte arrives in order and is
+// counted, and no pipe is left open when the direction ends. Small
+// exchanges stay on read and write (TestRelaySmallReadsStayRaw).
+func TestRelayStreamSplices(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sndBuf    int // the destination's send buffer; 0: the default
+		slowChunk int // the final reader's read size
+	}{
+		{"fast reader", 0, 256 << 10},
+		{"slow reader, writes wait", 32 << 10, 4 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srcW, srcR := tcpPair(t)
+			dstW, dstR := tcpPair(t)
+			if tc.sndBuf > 0 {
+				dstW.SetWriteBuffer(tc.sndBuf)
+			}
+			data := make([]byte, 8<<20)
+			rand.Read(data)
+			before := relaySplicedBytes.Load()
+			go func() {
+				srcW.Write(data)
+				srcW.CloseWrite()
+			}()
+			type res struct {
+				n   int64
+				err error
+			}
+			done := make(chan res, 1)
+			go func() {
+				n, err := relay(dstW, srcR, nil)
+				dstW.CloseWrite()
+				done <- res{n, err}
+			}()
+			got := make([]byte, 0, len(data))
+			buf := make([]byte, tc.slowChunk)
+			for {
+				n, err := dstR.Read(buf)
+				got = append(got, buf[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := <-done
+			if r.err != nil || r.n != int64(len(data)) {
+				t.Fatalf("relay: %d bytes, %v; want %d, nil", r.n, r.err, len(data))
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("received %d bytes that differ from the %d sent", len(got), len(data))
+			}
+			if spliced := relaySplicedBytes.Load() - before; spliced < int64(len(data))*3/4 {
+				t.Errorf("%d of %d bytes spliced, want most of them", spliced, len(data))
+			}
+			if open := relayPipesOpen.Load(); open != 0 {
+				t.Errorf("%d relay pipes open after the direction ended, want 0", open)
+			}
+		})
+	}
+}
+
+// TestRelaySmallReadsStayRaw: an exchange of small messages (a TLS
+// handshake, a short response) never takes a pipe.
+func TestRelaySmallReadsStayRaw(t *testing.T) {
+	srcW, srcR := tcpPair(t)
+	dstW, dstR := tcpPair(t)
+	before := relaySplicedBytes.Load()
+	done := make(chan error, 1)
+	go func() {
+		_, err := relay(dstW, srcR, nil)
+		done <- err
+	}()
+	msg := make([]byte, 1500)
+	back := make([]byte, len(msg))
+	for range 20 {
+		if _, err := srcW.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(dstR, back); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srcW.CloseWrite()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if spliced := relaySplicedBytes.Load() - before; spliced != 0 {
+		t.Errorf("%d bytes of small messages spliced, want 0", spliced)
+	}
+}
