@@ -104,6 +104,10 @@ type Options struct {
 	CAInterval time.Duration
 	// notifyHook replaces the webhook POST (tests): it gets the event.
 	notifyHook func(event string)
+	// Controls runs only the self-test's positive controls for p: what a
+	// degraded deployment retries until they pass (then one full self-test
+	// confirms). Nil: each retry runs Verify.
+	Controls func(ctx context.Context, p *policy.Policy) Verdict
 	// OutageRetry is the first wait before a degraded deployment's
 	// self-test runs again (it doubles up to maxOutageRetry). 0: 2s.
 	OutageRetry time.Duration
@@ -521,7 +525,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		case <-retry:
 			retry = nil
 			if d.degraded.Load() { // not sealed (or leaked) meanwhile
-				d.scheduledAs(ctx, "outage-retry")
+				d.retryOutage(ctx)
 			}
 			retry = d.nextRetry(retry)
 		case <-d.interval:
@@ -717,6 +721,31 @@ func (d *Daemon) nextRetry(pending <-chan time.Time) <-chan time.Time {
 		d.retryWait = min(2*d.retryWait, maxOutageRetry)
 	}
 	return time.After(d.retryWait)
+}
+
+// retryOutage is one retry of a degraded deployment: the positive
+// controls alone (Options.Controls) until they pass, then one full
+// self-test (scheduledAs) that confirms the walls, or finds a leak. Without
+// Controls each retry is a full self-test.
+func (d *Daemon) retryOutage(ctx context.Context) {
+	if d.opt.Controls == nil {
+		d.scheduledAs(ctx, "outage-retry")
+		return
+	}
+	d.reloadMu.Lock()
+	v := d.opt.Controls(ctx, d.Policy())
+	d.reloadMu.Unlock()
+	// counted apart from the self-tests: a controls-only run proves no
+	// wall, so it never sets the last-sealed time
+	if !v.Leaked() && (len(v.ControlsFailed) > 0 || v.Err != nil) {
+		d.selftests.WithLabelValues("outage-controls", "control-failed").Inc()
+		d.log.Warn("outage: the positive controls still fail; retried with backoff", "controls", v.ControlsFailed, "err", v.Err)
+		d.degrade(v) // Run arms the next retry
+		return
+	}
+	d.selftests.WithLabelValues("outage-controls", "passed").Inc()
+	d.log.Info("outage: the positive controls pass again; a full self-test confirms")
+	d.scheduledAs(ctx, "outage-retry")
 }
 
 // scheduled is the drift check: a leak takes readiness away and calls the

@@ -49,12 +49,24 @@ const (
 // that could not start (the probe namespace could not be built); probes
 // that could not run are in the report.
 func Run(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace, remote bool) (*selftest.Report, string, error) {
+	return run(ctx, p, roots, namespace, remote, false)
+}
+
+// Controls runs only the positive controls of p's self-test, from where
+// Run would run them: an outage's retry, until they pass.
+func Controls(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace bool) (*selftest.Report, error) {
+	rep, _, err := run(ctx, p, roots, namespace, false, true)
+	return rep, err
+}
+
+func run(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace, remote, controlsOnly bool) (*selftest.Report, string, error) {
 	env, err := Open(p, namespace)
 	if err != nil {
 		return nil, "", err
 	}
 	defer env.Close()
 	c := plan.Derive(p, roots)
+	c.ControlsOnly = controlsOnly
 	env.Apply(&c)
 	if remote {
 		// best effort: a proxy that is not running has no counters to spare
