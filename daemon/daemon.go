@@ -1,7 +1,9 @@
-// Package daemon runs `egressd serve`: the proxy, the DNS filter and the
-// admin endpoint on one policy, with verified reload — a new config is
-// parsed, applied, verified (self-test) and kept, or rolled back to the last
-// good policy with the reason logged. cmd/egressd only fills Options.
+// Package daemon runs `egressd serve` and the gateway of `egressd run`: the
+// proxy, the DNS filter, the walls and the admin endpoint on one policy,
+// with verified reload — a new config is verified (self-test) beside the
+// policy in force and swapped in only once sealed, or dropped with the
+// reason logged. cmd/egressd and runbox only fill a Gateway (NewGateway);
+// New takes bare Options.
 //
 //	d, err := daemon.New(daemon.Options{Load: load, Logger: log})
 //	err = d.Run(ctx) // until ctx ends; SIGHUP and file changes call Reload

@@ -71,7 +71,7 @@ func wireSelftest(opt *daemon.Gateway, stateDir string) {
 	}
 	log := opt.Logger
 	walls := opt.Walls != nil
-	opt.ReadyExempt = probens.Conns.Has
+	opt.ProxyConfig.ReadyExempt = probens.Conns.Has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
 		rep, mode, err := runSelftest(ctx, p, stateDir, walls, false)
 		v := probens.Verdict(rep, err)
