@@ -1,0 +1,117 @@
+//go:build linux
+
+package nft
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/egressd/egressd/internal/testnet"
+)
+
+// TestTrialOnProbePath: a candidate's walls tried on one interface judge
+// only that interface's packets, with the kernel's semantics of two tables
+// on one hook: the candidate's accept opens what it opens there only (the
+// table in force skips that interface), and its drop is final there even
+// where the table in force accepts. Every other interface keeps the walls
+// in force. EndTry leaves the table in force exactly as it was (read back
+// without counters), Settle puts the candidate in force for everyone, and
+// neither leaves a trial table.
+func TestTrialOnProbePath(t *testing.T) {
+	topo := testnet.New(t)
+	gatewayServices(t, topo)
+	gw := topo.Gateway.Fd()
+	ap := netip.AddrPortFrom
+	proxy := probe{grpService, "tcp", ap(testnet.GatewayAddr4, leakProxyPort)}
+	dnsTCP := probe{grpService, "tcp", ap(testnet.GatewayAddr4, leakDNSPort)}
+	other := probe{grpGateway, "tcp", ap(testnet.GatewayAddr4, leakOtherPort)}
+	direct := probe{grpInet, "tcp", ap(testnet.OriginAddr4, 80)}
+	probes := []probe{proxy, dnsTCP, other, direct}
+	inForce := Spec{
+		IfPrefixes: []string{topo.IfPrefix},
+		Gateways:   []netip.Addr{testnet.GatewayAddr4, testnet.GatewayAddr6},
+		ProxyPort:  leakProxyPort, DNSPort: leakDNSPort,
+		HighRisk: pfx("169.254.169.254/32"),
+	}
+	// leaks: another gateway port opens; and it drops DNS the walls in force accept
+	leaky := inForce
+	leaky.DNSPort, leaky.ExtraPorts = 0, []uint16{leakOtherPort}
+	if err := Apply(gw, inForce); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	readBack := func() string {
+		t.Helper()
+		st, err := read(gw, inForce.TableName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.format(false, 1<<10)
+	}
+	trialTables := func() []string {
+		t.Helper()
+		ts, err := Tables(gw, TrialTable(inForce.TableName()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	before := readBack()
+	open := func(ps ...probe) string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.String())
+		}
+		slices.Sort(out)
+		return strings.Join(out, "\n")
+	}
+	steps := []struct {
+		name string
+		do   func() error
+		want string
+	}{
+		{"walls in force", func() error { return nil }, open(proxy, dnsTCP)},
+		{"the leaky candidate tried on another interface: this sandbox keeps the walls in force",
+			func() error { return TryOn(gw, inForce.TableName(), leaky, topo.IfPrefix+"99") }, open(proxy, dnsTCP)},
+		{"the leaky candidate tried on this interface: its accept opens, its drop is final",
+			func() error { return TryOn(gw, inForce.TableName(), leaky, topo.SandboxLink.GatewayName) }, open(proxy, other)},
+		{"the trial ended: the walls in force again", func() error { return EndTry(gw, inForce.TableName()) }, open(proxy, dnsTCP)},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		flushNeigh6(t, topo.Sandbox, topo.Gateway)
+		if got := strings.Join(openProbes(t, topo, probes), "\n"); got != s.want {
+			show, _ := Show(gw, inForce.TableName())
+			showTry, _ := Show(gw, TrialTable(inForce.TableName()))
+			t.Errorf("%s: open probes\n%s\nwant\n%s\ntables:\n%s\n%s", s.name, got, s.want, show, showTry)
+		}
+	}
+	if after := readBack(); after != before {
+		t.Errorf("the table in force after a trial differs from before it:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	if d, err := Check(gw, inForce); err != nil || len(d) > 0 {
+		t.Errorf("Check after the trial: %q %v, want no drift", d, err)
+	}
+	if ts := trialTables(); len(ts) > 0 {
+		t.Errorf("trial tables left after EndTry: %v", ts)
+	}
+	// a sealed candidate goes in force for every sandbox, the trial with it
+	if err := TryOn(gw, inForce.TableName(), leaky, topo.IfPrefix+"99"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Settle(gw, leaky); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if d, err := Check(gw, leaky); err != nil || len(d) > 0 {
+		t.Errorf("Check after Settle: %q %v, want no drift", d, err)
+	}
+	if ts := trialTables(); len(ts) > 0 {
+		t.Errorf("trial tables left after Settle: %v", ts)
+	}
+	if got, want := strings.Join(openProbes(t, topo, probes), "\n"), open(proxy, other); got != want {
+		t.Errorf("after Settle: open probes\n%s\nwant\n%s", got, want)
+	}
+}
