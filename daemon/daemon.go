@@ -58,19 +58,11 @@ type Options struct {
 	Logger *slog.Logger
 	// CA terminates inspected tunnels; nil denies inspected rules.
 	CA proxy.CertIssuer
-	// Walls applies the kernel rules for a policy (nil: no walls managed
-	// here). Called on start and on every reload, before Verify.
-	Walls func(ctx context.Context, p *policy.Policy) error
-	// WallsSame reports whether two policies need the same kernel walls. A
-	// reload whose candidate needs other walls cannot be verified beside
-	// the policy in force (the walls are the host's, one set for all): it
-	// goes in force gated (503 not-ready) while verified, and is rolled
-	// back if it fails. Nil with Walls set: every reload counts as a walls
-	// change.
-	WallsSame func(a, b *policy.Policy) bool
-	// WallsCheck reads the walls back and repairs drift (tampering), on
-	// start and every WallsInterval; nil: no drift check.
-	WallsCheck    func(ctx context.Context, p *policy.Policy) (drift []string, err error)
+	// Walls are the kernel walls kept in step with the policy (nil: no
+	// walls managed here): in force at start, read back and repaired
+	// every WallsInterval, and tried on the self-test's probe link before
+	// a reload that changes them goes in force.
+	Walls         Walls
 	WallsInterval time.Duration // 0: 30s
 	// Verify runs the self-test against the applied policy and walls. Nil
 	// with NoSelftest false is refused by New: readiness needs a proof.
@@ -461,7 +453,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		return err
 	}
 	if d.opt.Walls != nil {
-		if err := d.opt.Walls(ctx, p); err != nil {
+		if err := d.opt.Walls.Apply(ctx, p); err != nil {
 			return fmt.Errorf("apply walls: %w", err)
 		}
 	}
@@ -476,7 +468,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	defer tick.Stop()
 	every := p.Selftest.Interval
 	var wallsTick <-chan time.Time
-	if d.opt.WallsCheck != nil {
+	if d.opt.Walls != nil {
 		iv := d.opt.WallsInterval
 		if iv <= 0 {
 			iv = 30 * time.Second
@@ -907,7 +899,7 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 	if next.Listen != old.Listen || next.Tools.Listen != old.Tools.Listen {
 		d.log.Warn("reload: listen addresses changed; they take effect on restart", "old", old.Listen, "new", next.Listen)
 	}
-	if d.opt.NoSelftest || (d.opt.Walls != nil && (d.opt.WallsSame == nil || !d.opt.WallsSame(old, next))) {
+	if d.opt.NoSelftest || (d.opt.Walls != nil && !d.opt.Walls.Same(old, next)) {
 		err = d.reloadInForce(ctx, why, old, next)
 	} else {
 		err = d.reloadBeside(ctx, why, next)
@@ -1041,7 +1033,7 @@ func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {
 	d.px.SetPolicy(p)
 	d.probes.setPolicy(p)
 	if d.opt.Walls != nil {
-		return d.opt.Walls(ctx, p)
+		return d.opt.Walls.Apply(ctx, p)
 	}
 	return nil
 }
@@ -1066,7 +1058,7 @@ func upstreamRoots(path string) (*x509.CertPool, error) {
 func (d *Daemon) checkWalls(ctx context.Context) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	drift, err := d.opt.WallsCheck(ctx, d.Policy())
+	drift, err := d.opt.Walls.Check(ctx, d.Policy())
 	if len(drift) > 0 {
 		d.drift.Inc()
 		d.log.Error("walls drifted from the spec and were re-applied", "drift", drift, "repair_err", err)

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
-	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/audit"
@@ -25,7 +22,7 @@ import (
 //
 // Its Options are the daemon's (Load and Logger required); NewGateway
 // fills those it builds itself from the fields below (CA, CACheck, Audit,
-// HoneytokenDir and the walls), and refuses a Gateway that sets them.
+// HoneytokenDir, the walls and DNSAnswered), and refuses a Gateway that sets them.
 type Gateway struct {
 	Options
 	// StateDir holds the CA (StateDir/ca, created on first use) and the
@@ -63,8 +60,8 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	if g.Logger == nil || g.Load == nil {
 		return nil, errors.New("gateway: Load and Logger are required")
 	}
-	if g.CA != nil || g.CACheck != nil || g.Audit != nil || g.HoneytokenDir != "" || g.Walls != nil || g.WallsSame != nil || g.WallsCheck != nil {
-		return nil, errors.New("gateway: CA, CACheck, Audit, HoneytokenDir and the walls are built from StateDir, AuditLog and WallsSpec: set those instead")
+	if g.CA != nil || g.CACheck != nil || g.Audit != nil || g.HoneytokenDir != "" || g.Walls != nil || g.DNSAnswered != nil {
+		return nil, errors.New("gateway: CA, CACheck, Audit, HoneytokenDir, the walls and DNSAnswered are built from StateDir, AuditLog and WallsSpec: set those instead")
 	}
 	out := &GatewayDaemon{}
 	log := g.Logger
@@ -99,42 +96,12 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	caDir := filepath.Join(g.StateDir, "ca")
 	opt.CACheck = func() error { return sameCA(caDir, authority) }
 	if g.WallsSpec != nil {
-		// redirectTable is the table of the walls in force while they
-		// redirect (transparent mode): the DNS filter's answers for allowed
-		// names go into its dynamic set, so those addresses, and no
-		// others beyond the rules' cidrs, reach the transparent listeners.
-		var redirectTable atomic.Pointer[string]
-		ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {
-			s, err := g.WallsSpec(p)
-			if err != nil {
-				return nil, err
-			}
-			drift, err := nft.Ensure(g.WallsNS, s)
-			if t := s.TableName(); len(s.Redirects) > 0 {
-				redirectTable.Store(&t)
-			} else {
-				redirectTable.Store(nil)
-			}
-			return drift, err
-		}
+		w := &nftWalls{spec: g.WallsSpec, ns: g.WallsNS}
+		opt.Walls = w
 		opt.DNSAnswered = func(client netip.Addr, addrs []netip.Addr, ttl time.Duration) {
-			if t := redirectTable.Load(); t != nil {
-				if err := nft.AddRedirect(g.WallsNS, *t, addrs, ttl); err != nil {
-					log.Error("transparent mode: the answer's addresses are not redirected", "client", client, "addrs", addrs, "err", err)
-				}
+			if err := w.answered(addrs, ttl); err != nil {
+				log.Error("transparent mode: the answer's addresses are not redirected", "client", client, "addrs", addrs, "err", err)
 			}
-		}
-		opt.Walls = func(ctx context.Context, p *policy.Policy) error {
-			_, err := ensure(ctx, p)
-			return err
-		}
-		opt.WallsCheck = ensure
-		// a reload whose walls do not change is verified beside the
-		// policy in force; one whose walls change goes in force gated
-		opt.WallsSame = func(a, b *policy.Policy) bool {
-			sa, errA := g.WallsSpec(a)
-			sb, errB := g.WallsSpec(b)
-			return errA == nil && errB == nil && reflect.DeepEqual(sa, sb)
 		}
 		// the walls' counters on /metrics (the default table: serve's)
 		opt.Collectors = append(opt.Collectors, nft.NewCollector(g.WallsNS, nft.DefaultTable))

@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/egressd/egressd/policy"
 )
 
 // TestRollbackFailureIsNotReady: when a reload fails and restoring the old
@@ -27,12 +25,12 @@ import (
 func TestRollbackFailureIsNotReady(t *testing.T) {
 	var broken atomic.Bool
 	f := startWith(t, func(o *Options) {
-		o.Walls = func(context.Context, *policy.Policy) error {
+		o.Walls = &fakeWalls{fail: func(string) error {
 			if broken.Load() {
 				return errors.New("netlink: no buffer space")
 			}
 			return nil
-		}
+		}}
 	})
 	if got := f.status(t, f.a); got != 200 {
 		t.Fatalf("origin a before: %d", got)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -98,6 +99,19 @@ func Settle(ns int, s Spec) error {
 	c.DelTable(trial)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nft: apply table inet %s: %w", rs.table.Name, err)
+	}
+	return nil
+}
+
+// leftTrial is the drift of a trial table beside table, if one is there.
+func leftTrial(ns int, table string) []string {
+	trial := TrialTable(table)
+	ts, err := Tables(ns, trial)
+	if err != nil {
+		return []string{"trial check failed: " + err.Error()}
+	}
+	if slices.Contains(ts, trial) {
+		return []string{"table inet " + trial + ": a trial left beside the walls in force"}
 	}
 	return nil
 }
