@@ -64,8 +64,13 @@ type Options struct {
 	// a reload that changes them goes in force.
 	Walls         Walls
 	WallsInterval time.Duration // 0: 30s
-	// Verify runs the self-test against the applied policy and walls. Nil
-	// with NoSelftest false is refused by New: readiness needs a proof.
+	// Verify runs the self-test of p: the policy in force (boot,
+	// schedule), or a reload's candidate, which decides only the
+	// self-test's own connections. For a candidate whose walls differ, ctx
+	// carries the function (selftest.WithProbeLink) the run calls with its
+	// probe link before any probe: a run that does not call it proves
+	// nothing about those walls, and the candidate is dropped. Nil with
+	// NoSelftest false is refused by New: readiness needs a proof.
 	Verify func(ctx context.Context, p *policy.Policy) Verdict
 	// NoSelftest runs no self-test. The daemon is then not ready (/readyz
 	// 503, the proxy refuses with 503) unless AllowUnverified is set too:
@@ -295,8 +300,9 @@ func (d *Daemon) Ready() (bool, string) {
 }
 
 // notVerified is the detail of a 503 for a request decided by a policy
-// whose self-test has not passed (a reload being verified, or rolled back).
-const notVerified = "egressd is not ready: the policy that decided this request has not passed its self-test (a reload is being verified; see /readyz)"
+// whose self-test has not passed: the gate's safety net (a reload's
+// candidate decides only the self-test's own connections, which pass it).
+const notVerified = "egressd is not ready: the policy that decided this request has not passed its self-test (see /readyz)"
 
 // gate is the proxy's Gate: it lets an allowed request through only if the
 // policy that decided it is the verified one and the walls are sealed.
@@ -840,8 +846,9 @@ const loadGCPercent = 20
 
 // Reload is the verified reload: parse, then verify the candidate beside
 // the policy in force (sandboxes keep being decided by the verified
-// policy; only the self-test's own connections meet the candidate), then
-// swap atomically, or drop the candidate and say why. A config that does
+// policy and judged by the walls in force; only the self-test's own
+// connections meet the candidate, and its probe link the candidate's
+// walls), then swap atomically, or drop the candidate and say why. A config that does
 // not parse, or does not change the policy, changes nothing. Triggers that
 // arrive while a reload runs coalesce into one more reload, which reads
 // the config as it is then; every caller gets the result of the round it
@@ -899,10 +906,10 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 	if next.Listen != old.Listen || next.Tools.Listen != old.Tools.Listen {
 		d.log.Warn("reload: listen addresses changed; they take effect on restart", "old", old.Listen, "new", next.Listen)
 	}
-	if d.opt.NoSelftest || (d.opt.Walls != nil && !d.opt.Walls.Same(old, next)) {
-		err = d.reloadInForce(ctx, why, old, next)
+	if d.opt.NoSelftest {
+		err = d.reloadUnverified(ctx, why, old, next)
 	} else {
-		err = d.reloadBeside(ctx, why, next)
+		err = d.reloadBeside(ctx, why, next, d.opt.Walls != nil && !d.opt.Walls.Same(old, next))
 	}
 	if err == nil && next.Selftest.Interval != old.Selftest.Interval {
 		select {
@@ -915,25 +922,67 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 
 // reloadBeside verifies next beside the policy in force: the proxy and the
 // DNS filter decide the self-test's own connections with next, everyone
-// else with the verified policy. Sealed: one swap puts next in force (and
-// decides the open tunnels again). Not sealed: next is dropped; nothing
-// was in force, so there is nothing to roll back and nothing was refused.
-func (d *Daemon) reloadBeside(ctx context.Context, why string, next *policy.Policy) error {
+// else with the verified policy. When next needs other walls (tryWalls),
+// they are put on the self-test's probe link alone while it runs
+// (Walls.Try, called by the run once its link is wired); every sandbox
+// keeps the walls in force. Sealed: next's walls go in force for everyone
+// (one transaction, the trial with it), then one swap puts next in force
+// (and decides the open tunnels again). Not sealed: the trial is taken off
+// the probe link and next is dropped; nothing else changed, so nothing was
+// refused and there is nothing to roll back.
+func (d *Daemon) reloadBeside(ctx context.Context, why string, next *policy.Policy, tryWalls bool) error {
 	d.setCandidate(next)
+	vctx := ctx
+	var tried atomic.Bool
+	if tryWalls {
+		vctx = selftest.WithProbeLink(ctx, func(iface string) error {
+			tried.Store(true)
+			return d.opt.Walls.Try(ctx, next, iface)
+		})
+	}
 	if testHookSwapped != nil {
 		testHookSwapped()
 	}
-	v := d.verify(ctx, "reload", next)
+	v := d.verify(vctx, "reload", next)
 	d.setCandidate(nil)
-	if !v.Sealed || v.Err != nil {
+	cause := verdictError(v)
+	if v.Sealed && v.Err == nil {
+		cause = nil
+	}
+	if tryWalls && cause == nil && !tried.Load() {
+		cause = errors.New("its walls differ and were not tried: the self-test built no probe link to try them on (walls need root)")
+	}
+	if tryWalls && cause == nil {
+		if err := d.opt.Walls.Apply(ctx, next); err != nil {
+			cause = fmt.Errorf("its tried walls could not be put in force (the walls in force stand): %w", err)
+		}
+	}
+	if cause != nil {
+		if tryWalls {
+			if err := d.opt.Walls.EndTry(ctx); err != nil {
+				return d.trialStuck(why, cause, err)
+			}
+		}
 		d.reloads.WithLabelValues("dropped").Inc()
-		d.log.Error("reload refused: the candidate failed its self-test and was dropped; the verified policy stays in force", "trigger", why, "err", verdictError(v))
-		return fmt.Errorf("reload refused, candidate dropped: %w", verdictError(v))
+		d.log.Error("reload refused: the candidate failed its self-test and was dropped; the verified policy and walls stay in force", "trigger", why, "err", cause)
+		return fmt.Errorf("reload refused, candidate dropped: %w", cause)
 	}
 	d.swap(next, v)
 	d.reloads.WithLabelValues("applied").Inc()
 	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
 	return nil
+}
+
+// trialStuck is a dropped candidate whose walls could not be taken off the
+// probe link: the next self-test would judge those walls there, not the
+// ones in force, so nothing is let through until a self-test passes (the
+// drift check removes a trial it finds).
+func (d *Daemon) trialStuck(why string, cause, err error) error {
+	d.ready.Store(false)
+	d.setStatus("not ready: a reload's candidate was dropped (" + cause.Error() + ") but its walls could not be taken off the probe link: " + err.Error())
+	d.reloads.WithLabelValues("rollback-failed").Inc()
+	d.log.Error("reload dropped, and its walls could not be taken off the probe link: nothing is let through until a self-test passes", "trigger", why, "err", cause, "end_trial_err", err)
+	return fmt.Errorf("reload refused, candidate dropped: %w; taking its walls off the probe link failed: %w", cause, err)
 }
 
 // setCandidate shows p (nil: none) to the self-test's own connections.
@@ -957,46 +1006,26 @@ func (d *Daemon) swap(next *policy.Policy, v Verdict) {
 	d.setReadiness(next, v)
 }
 
-// reloadInForce is the reload of a candidate that cannot be verified
-// beside the policy in force (its walls differ, or there is no self-test):
-// it goes in force at once, and the proxy's gate lets nothing it allows
-// through until it is verified (503 not-ready meanwhile); one that fails
-// is rolled back.
-func (d *Daemon) reloadInForce(ctx context.Context, why string, old, next *policy.Policy) error {
+// reloadUnverified is a reload without a self-test (--no-selftest): next
+// goes in force with its walls at once, as the boot's policy did; one
+// whose walls cannot be applied is rolled back.
+func (d *Daemon) reloadUnverified(ctx context.Context, why string, old, next *policy.Policy) error {
 	wasStatus := *d.status.Load()
-	if d.opt.NoSelftest {
-		d.verified.Store(next) // nothing to wait for: it serves once in force
-	} else {
-		d.setStatus("reloading: verifying the new policy (its walls differ: gated until verified)")
-	}
-	// From here the proxy decides with next, and its gate lets nothing
-	// that next allowed through until next is the verified policy: no
-	// separate readiness flag, so no window between swap and gate.
+	d.verified.Store(next) // nothing to wait for: it serves once in force
 	if err := d.apply(ctx, next); err != nil {
 		return d.rollback(ctx, why, old, wasStatus, fmt.Errorf("applying the walls: %w", err))
-	}
-	if testHookSwapped != nil {
-		testHookSwapped()
-	}
-	if !d.opt.NoSelftest {
-		v := d.verify(ctx, "reload", next)
-		if !v.Sealed || v.Err != nil {
-			return d.rollback(ctx, why, old, wasStatus, verdictError(v))
-		}
-		d.setReadiness(next, v)
 	}
 	d.reloads.WithLabelValues("applied").Inc()
 	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
 	return nil
 }
 
-// rollback restores old after a failed reload. If the walls cannot be
-// restored either, their state is unknown: egressd stops letting anything
-// through until a self-test (scheduled, or the next reload's) passes.
+// rollback restores old after an unverified reload whose walls could not
+// be applied. If the walls cannot be restored either, their state is
+// unknown: egressd stops letting anything through until a self-test
+// passes.
 func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, wasStatus string, cause error) error {
-	if d.opt.NoSelftest {
-		d.verified.Store(old)
-	}
+	d.verified.Store(old)
 	if err := d.apply(ctx, old); err != nil {
 		d.ready.Store(false)
 		d.setStatus("not ready: a reload failed (" + cause.Error() + ") and so did its rollback: " + err.Error())
@@ -1023,11 +1052,12 @@ func verdictError(v Verdict) error {
 }
 
 // testHookSwapped, when set (tests), runs in Reload right after the
-// candidate is shown to the self-test (or, for a walls change, installed)
-// and before its self-test: a request there must not be allowed by the
-// unverified policy.
+// candidate is shown to the self-test and before its self-test: a request
+// there must not be allowed by the unverified policy.
 var testHookSwapped func()
 
+// apply puts p and its walls in force without a self-test
+// (reloadUnverified and its rollback).
 func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {
 	d.pol.Store(p)
 	d.px.SetPolicy(p)
@@ -1055,6 +1085,8 @@ func upstreamRoots(path string) (*x509.CertPool, error) {
 }
 
 // checkWalls compares the kernel walls with the spec and repairs drift.
+// It holds reloadMu, so it never runs while a reload tries a candidate's
+// walls on the probe link: a trial is drift only when one is left behind.
 func (d *Daemon) checkWalls(ctx context.Context) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
