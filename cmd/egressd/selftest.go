@@ -71,7 +71,7 @@ func wireSelftest(opt *daemon.Gateway, stateDir string) {
 		return
 	}
 	log := opt.Logger
-	walls := opt.Walls != nil
+	walls := opt.WallsSpec != nil
 	opt.ProxyConfig.ReadyExempt = probens.Conns.Has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
 		rep, mode, err := runSelftest(ctx, p, stateDir, walls, false)
