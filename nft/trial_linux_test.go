@@ -115,6 +115,17 @@ func TestTrialOnProbePath(t *testing.T) {
 	if got, want := strings.Join(openProbes(t, topo, probes), "\n"), open(proxy, other); got != want {
 		t.Errorf("after Settle: open probes\n%s\nwant\n%s", got, want)
 	}
+	// a trial left behind (egressd died during one) is drift, and repaired
+	if err := TryOn(gw, leaky.TableName(), inForce, topo.SandboxLink.GatewayName); err != nil {
+		t.Fatal(err)
+	}
+	drift, err := Ensure(gw, leaky)
+	if err != nil || !slices.ContainsFunc(drift, func(d string) bool { return strings.Contains(d, "trial left") }) {
+		t.Errorf("Ensure with a trial left: drift %q, err %v; want the trial named", drift, err)
+	}
+	if d, err := Check(gw, leaky); err != nil || len(d) > 0 || len(trialTables()) > 0 {
+		t.Errorf("after Ensure: drift %q, err %v, trial tables %v; want none", d, err, trialTables())
+	}
 }
 
 // TestTrialRedirects: transparent mode's redirects are tried the same way:
