@@ -60,13 +60,13 @@ const probeLink = "egsbx1048575"
 // which both policies allow; leaked one for b, which only the candidate
 // allows. verdict is the reload's self-test result.
 type wallsReload struct {
-	f                 *fixture
-	walls             *fakeWalls
-	reloading         atomic.Bool
-	skipLink          bool
-	verdict           Verdict
-	refusals, leaked  atomic.Int64
-	requests, reloads int
+	f                *fixture
+	walls            *fakeWalls
+	reloading        atomic.Bool
+	skipLink         bool
+	verdict          Verdict
+	refusals, leaked atomic.Int64
+	requests         int
 }
 
 func startWallsReload(t *testing.T, verdict Verdict, skipLink bool) *wallsReload {
