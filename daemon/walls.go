@@ -47,8 +47,11 @@ func (w *nftWalls) Apply(_ context.Context, p *policy.Policy) error {
 	if err != nil {
 		return err
 	}
-	if err := nft.Settle(w.ns, s); err != nil {
-		return err // one transaction: the walls and any trial stand as they were
+	// Ensure: a table that already holds s (a restart) is kept as it is,
+	// counters and the redirect set too; any other, or a trial beside it,
+	// is replaced by Settle in one transaction
+	if _, err := nft.Ensure(w.ns, s); err != nil {
+		return err // the walls and any trial stand as they were
 	}
 	w.trial.Store(nil)
 	w.inForce.Store(&s)
