@@ -82,7 +82,7 @@ type Options struct {
 	// Webhook, when set, replaces the policy's selftest.webhook (which is
 	// read at each scheduled run, so a reload changes it).
 	Webhook string
-	// Listen overrides the config's listen addresses (tests); zero: config.
+	// ProxyListener replaces listen.proxy's listener (tests); nil: config.
 	ProxyListener net.Listener
 	// ToolsListener replaces tools.listen's listener (tests); nil: config.
 	ToolsListener net.Listener
@@ -108,7 +108,8 @@ type Options struct {
 	// confirms). Nil: each retry runs Verify.
 	Controls func(ctx context.Context, p *policy.Policy) Verdict
 	// OutageRetry is the first wait before a degraded deployment's
-	// self-test runs again (it doubles up to maxOutageRetry). 0: 2s.
+	// controls (or, without Controls, its self-test) run again (it doubles
+	// up to maxOutageRetry). 0: 2s.
 	OutageRetry time.Duration
 	// Booted, when set, is called once the boot self-test has set the
 	// readiness (`egressd run` starts its command only then).
@@ -130,7 +131,7 @@ type Options struct {
 	HoneytokenDir string
 }
 
-// Daemon is a running egressd serve.
+// Daemon is a running egressd serve (or the gateway of an egressd run).
 type Daemon struct {
 	opt   Options
 	log   *slog.Logger
@@ -176,7 +177,7 @@ type Daemon struct {
 	degradedGauge prometheus.Gauge // egressd_selftest_degraded
 	// degraded is set while a scheduled self-test of the verified policy
 	// could only fail for an outage: the policy keeps serving and the
-	// self-test runs again after retryWait (doubling).
+	// controls run again after retryWait (doubling), then the self-test.
 	degraded  atomic.Bool
 	degradeCh chan struct{} // tells Run to arm the retry
 	retryWait time.Duration // owned by Run's loop
@@ -667,8 +668,9 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 	return v
 }
 
-// setReadiness records the verdict of a self-test of p (boot or
-// scheduled): a sealed run also marks p verified.
+// setReadiness records the verdict of a self-test of p (boot, scheduled,
+// or the reload whose candidate swap puts in force): a sealed run also
+// marks p verified.
 func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	d.verifiedGauge.Set(0)
 	if !v.Sealed || v.Err != nil {
@@ -699,11 +701,11 @@ func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	}
 }
 
-// maxOutageRetry caps the backoff between the self-tests of a degraded
+// maxOutageRetry caps the backoff between the retries of a degraded
 // deployment.
 const maxOutageRetry = time.Minute
 
-// nextRetry arms the next self-test of a degraded deployment: after
+// nextRetry arms the next retry (retryOutage) of a degraded deployment: after
 // OutageRetry, then twice as long each time up to maxOutageRetry. pending
 // is kept when one is armed already; nil once the deployment is sealed or
 // down for a leak.
@@ -848,8 +850,9 @@ const loadGCPercent = 20
 // the policy in force (sandboxes keep being decided by the verified
 // policy and judged by the walls in force; only the self-test's own
 // connections meet the candidate, and its probe link the candidate's
-// walls), then swap atomically, or drop the candidate and say why. A config that does
-// not parse, or does not change the policy, changes nothing. Triggers that
+// walls), then swap atomically, or drop the candidate and say why. A
+// config that does not parse, or does not change the policy, changes
+// nothing. Triggers that
 // arrive while a reload runs coalesce into one more reload, which reads
 // the config as it is then; every caller gets the result of the round it
 // joined.
@@ -1022,15 +1025,15 @@ func (d *Daemon) reloadUnverified(ctx context.Context, why string, old, next *po
 
 // rollback restores old after an unverified reload whose walls could not
 // be applied. If the walls cannot be restored either, their state is
-// unknown: egressd stops letting anything through until a self-test
-// passes.
+// unknown: egressd stops letting anything through (and, with no
+// self-test to prove them again, stays so until a restart).
 func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, wasStatus string, cause error) error {
 	d.verified.Store(old)
 	if err := d.apply(ctx, old); err != nil {
 		d.ready.Store(false)
 		d.setStatus("not ready: a reload failed (" + cause.Error() + ") and so did its rollback: " + err.Error())
 		d.reloads.WithLabelValues("rollback-failed").Inc()
-		d.log.Error("reload failed and its rollback failed too: nothing is let through until a self-test passes", "trigger", why, "err", cause, "rollback_err", err)
+		d.log.Error("reload failed and its rollback failed too: nothing is let through until a restart (no self-test runs to prove the walls again)", "trigger", why, "err", cause, "rollback_err", err)
 		return fmt.Errorf("reload rolled back: %w; the rollback failed: %w", cause, err)
 	}
 	d.setStatus(wasStatus)

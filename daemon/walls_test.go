@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,6 +180,53 @@ func TestLeakingWallsCandidateNeverInForce(t *testing.T) {
 			}
 			if n := counter(t, w.f, `egressd_reloads_total{result="dropped"}`); n != 1 {
 				t.Errorf("dropped reloads %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestUnverifiedReloadRollback: with --no-selftest a reload goes in force
+// at once; one whose walls cannot be applied is rolled back to the old
+// policy and walls, and when those cannot be restored either, egressd lets
+// nothing through (no self-test will prove the walls again).
+func TestUnverifiedReloadRollback(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		failures  int // applies that fail once the reload starts
+		result    string
+		wantReady bool
+		wantA     int
+	}{
+		{"the old walls restored", 1, "rolled-back", true, 200},
+		{"the old walls not restored either", 2, "rollback-failed", false, 503},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var fail atomic.Int64
+			walls := &fakeWalls{fail: func(call string) error {
+				if call == "apply" && fail.Add(-1) >= 0 {
+					return errors.New("netlink: no buffer space")
+				}
+				return nil
+			}}
+			f := startWith(t, func(o *Options) {
+				o.Walls, o.Verify, o.NoSelftest, o.AllowUnverified = walls, nil, true, true
+			})
+			fail.Store(int64(tt.failures))
+			f.write(t, config("127.0.0.1:0", port(f.a), port(f.b)))
+			if err := f.d.Reload(context.Background(), "test"); err == nil || !strings.Contains(err.Error(), "rolled back") {
+				t.Fatalf("Reload: %v, want it rolled back", err)
+			}
+			if n := counter(t, f, `egressd_reloads_total{result="`+tt.result+`"}`); n != 1 {
+				t.Errorf("%s reloads: %d, want 1", tt.result, n)
+			}
+			if ok, why := f.d.Ready(); ok != tt.wantReady {
+				t.Errorf("ready %v (%s), want %v", ok, why, tt.wantReady)
+			}
+			if got := f.status(t, f.a); got != tt.wantA {
+				t.Errorf("origin a: %d, want %d", got, tt.wantA)
+			}
+			if got := f.status(t, f.b); got == 200 {
+				t.Errorf("origin b, allowed only by the rolled-back policy: 200")
 			}
 		})
 	}
