@@ -3,6 +3,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,9 +14,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/nft"
+	"github.com/miekg/dns"
 )
 
 // TestServeWallsReloadRefusesNothing: `serve --walls` reloads a config
@@ -42,7 +46,8 @@ func TestServeWallsReloadRefusesNothing(t *testing.T) {
 		}
 	}
 	client := l.topo.HTTPClientInSandbox(&url.URL{Scheme: "http", Host: "198.51.100.1:3128"}, nil)
-	var requests, refused atomic.Int64
+	var requests, queries, refused atomic.Int64
+	var lastDNS time.Time // the asking goroutine's own
 	var firstRefusal atomic.Pointer[string]
 	stop, done, asking := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
@@ -57,6 +62,16 @@ func TestServeWallsReloadRefusesNothing(t *testing.T) {
 				close(asking)
 			}
 			requests.Add(1)
+			// DNS at most 20 times a second: the filter's rate limit is 50
+			if time.Since(lastDNS) >= 50*time.Millisecond {
+				lastDNS = time.Now()
+				queries.Add(1)
+				if rcode, err := askDNS(l, "allowed.test"); err != nil || rcode != dns.RcodeSuccess {
+					refused.Add(1)
+					why := fmt.Sprintf("DNS: rcode %s, err %v", dns.RcodeToString[rcode], err)
+					firstRefusal.CompareAndSwap(nil, &why)
+				}
+			}
 			resp, err := client.Get("http://allowed.test/during-reload")
 			if err == nil {
 				io.Copy(io.Discard, resp.Body)
@@ -91,9 +106,9 @@ func TestServeWallsReloadRefusesNothing(t *testing.T) {
 		t.Errorf("the leaking candidate whose walls differ: %s, want it dropped", line)
 	}
 	if n := refused.Load(); n > 0 {
-		t.Errorf("%d of %d allowed requests of the sandbox refused across the reloads, want 0 (first: %s)", n, requests.Load(), *firstRefusal.Load())
+		t.Errorf("%d of %d allowed requests and %d DNS queries of the sandbox refused across the reloads, want 0 (first: %s)", n, requests.Load(), queries.Load(), *firstRefusal.Load())
 	}
-	t.Logf("%d allowed requests across a walls-changing reload and a dropped one, %d refused", requests.Load(), refused.Load())
+	t.Logf("%d allowed requests and %d DNS queries across a walls-changing reload and a dropped one, %d refused", requests.Load(), queries.Load(), refused.Load())
 	// the walls in force are the first reload's, exactly, and no trial is left
 	spec, err := daemon.WallSpec(mustPolicy(t, first))
 	if err != nil {
@@ -113,4 +128,23 @@ func TestServeWallsReloadRefusesNothing(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("canary after the dropped candidate: %d, want 403", resp.StatusCode)
 	}
+}
+
+// askDNS asks egressd's DNS for name's A record from the sandbox, over UDP
+// as a sandbox's resolver does, and returns the rcode.
+func askDNS(l *stLab, name string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := l.topo.DialFromSandbox(ctx, "udp", "198.51.100.1:53")
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	resp, _, err := (&dns.Client{Timeout: 2 * time.Second}).ExchangeWithConnContext(ctx, m, &dns.Conn{Conn: c})
+	if err != nil {
+		return 0, err
+	}
+	return resp.Rcode, nil
 }
