@@ -35,7 +35,9 @@ func (w *fakeWalls) Apply(_ context.Context, p *policy.Policy) error {
 	return w.record("apply")
 }
 
-func (w *fakeWalls) Check(context.Context, *policy.Policy) ([]string, error) { return nil, nil }
+func (w *fakeWalls) Check(context.Context, *policy.Policy) ([]string, error) {
+	return nil, w.record("check")
+}
 
 func (w *fakeWalls) Same(a, b *policy.Policy) bool { return false }
 
@@ -67,6 +69,7 @@ type wallsReload struct {
 	reloading        atomic.Bool
 	skipLink         bool
 	verdict          Verdict
+	during           func() // called during the reload's self-test
 	refusals, leaked atomic.Int64
 	requests         int
 }
@@ -84,6 +87,9 @@ func startWallsReload(t *testing.T, verdict Verdict, skipLink bool) *wallsReload
 				if err := tryOn(probeLink); err != nil {
 					return Verdict{Err: err}
 				}
+			}
+			if w.during != nil {
+				w.during()
 			}
 			for range 10 {
 				w.requests++
@@ -113,20 +119,26 @@ func (w *wallsReload) reload(t *testing.T) error {
 // every sandbox keeps the verified policy and walls: no allowed request is
 // refused during the verification, none is decided by the candidate, and
 // only once sealed are the candidate's walls applied to everyone and the
-// policy swapped.
+// policy swapped. A drift check due meanwhile waits for the reload.
 func TestWallsReloadRefusesNothing(t *testing.T) {
 	w := startWallsReload(t, Verdict{Sealed: true}, false)
+	// the drift check waits for the reload: it never reads a trial as drift
+	checked := make(chan struct{})
+	w.during = func() {
+		go func() { w.f.d.checkWalls(context.Background()); close(checked) }()
+	}
 	if err := w.reload(t); err != nil {
 		t.Fatalf("Reload: %v", err)
 	}
+	<-checked
 	if n := w.refusals.Load(); n != 0 {
 		t.Errorf("%d of %d allowed requests refused while the candidate's walls were verified, want 0", n, w.requests)
 	}
 	if n := w.leaked.Load(); n != 0 {
 		t.Errorf("%d requests allowed by the unverified candidate", n)
 	}
-	if got, want := w.walls.Calls(), []string{"apply", "try " + probeLink, "apply"}; !slices.Equal(got, want) {
-		t.Errorf("walls calls %q, want %q (in force at start, tried on the probe link, in force for all once sealed)", got, want)
+	if got, want := w.walls.Calls(), []string{"apply", "try " + probeLink, "apply", "check"}; !slices.Equal(got, want) {
+		t.Errorf("walls calls %q, want %q (in force at start, tried on the probe link, in force for all once sealed, then the drift check)", got, want)
 	}
 	if got := w.f.status(t, w.f.b); got != 200 {
 		t.Errorf("origin b after the sealed reload: %d, want 200", got)
