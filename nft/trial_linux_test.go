@@ -3,6 +3,7 @@
 package nft
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/internal/testnet"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // TestTrialOnProbePath: a candidate's walls tried on one interface judge
@@ -193,5 +196,57 @@ func TestTrialRedirects(t *testing.T) {
 			showTry, _ := Show(gw, TrialTable(plain.TableName()))
 			t.Errorf("%s: open %q, want %q\ntables:\n%s\n%s", s.name, got, s.want, show, showTry)
 		}
+	}
+}
+
+// TestBuildTrial: the trial table selects the tried link alone, by its
+// exact name (IFNAMSIZ bytes, NUL-padded: "egsbx1" must not match
+// "egsbx12"), whatever else the candidate selects: no source-address rule,
+// no uid chain.
+func TestBuildTrial(t *testing.T) {
+	cand := Spec{
+		IfPrefixes:  []string{"egsbx"},
+		SourceCIDRs: pfx("198.51.100.0/24"),
+		UIDs:        []uint32{1001},
+		Gateways:    []netip.Addr{netip.MustParseAddr("198.51.100.1")},
+		ProxyPort:   3128,
+		Redirects:   []Redirect{{From: 80, To: 3130}},
+	}
+	for _, iface := range []string{"egsbx1", "egsbx1048575", "veth-probe"} {
+		rs, err := buildTrial("egressd", cand, iface)
+		if err != nil {
+			t.Fatalf("%s: %v", iface, err)
+		}
+		if rs.table.Name != "egressd_try" {
+			t.Errorf("%s: table %q, want egressd_try", iface, rs.table.Name)
+		}
+		exact := make([]byte, unix.IFNAMSIZ)
+		copy(exact, iface)
+		var base []string
+		for _, cd := range rs.chains {
+			if cd.chain.Hooknum == nil {
+				continue
+			}
+			base = append(base, cd.chain.Name)
+			if len(cd.rules) != 1 {
+				t.Errorf("%s: chain %s has %d rules, want one (the tried link's jump)", iface, cd.chain.Name, len(cd.rules))
+				continue
+			}
+			cmp, ok := cd.rules[0][1].(*expr.Cmp)
+			if m, isMeta := cd.rules[0][0].(*expr.Meta); !isMeta || m.Key != expr.MetaKeyIIFNAME || !ok || !bytes.Equal(cmp.Data, exact) {
+				t.Errorf("%s: chain %s selects %v, want iifname %q exactly", iface, cd.chain.Name, cd.rules[0], iface)
+			}
+		}
+		if want := []string{chainInput, chainForward, chainNAT}; !slices.Equal(base, want) {
+			t.Errorf("%s: base chains %q, want %q (no uid output chain)", iface, base, want)
+		}
+		for _, sd := range rs.sets {
+			if sd.set.Name == setSrc4 || sd.set.Name == setUIDs {
+				t.Errorf("%s: trial table has set %s: it would select sandboxes", iface, sd.set.Name)
+			}
+		}
+	}
+	if _, err := buildTrial("egressd", cand, "lo"); err == nil {
+		t.Error("buildTrial on lo: no error")
 	}
 }
