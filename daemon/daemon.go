@@ -1,7 +1,9 @@
-// Package daemon runs `egressd serve`: the proxy, the DNS filter and the
-// admin endpoint on one policy, with verified reload — a new config is
-// parsed, applied, verified (self-test) and kept, or rolled back to the last
-// good policy with the reason logged. cmd/egressd only fills Options.
+// Package daemon runs `egressd serve` and the gateway of `egressd run`: the
+// proxy, the DNS filter, the walls and the admin endpoint on one policy,
+// with verified reload — a new config is verified (self-test) beside the
+// policy in force and swapped in only once sealed, or dropped with the
+// reason logged. cmd/egressd and runbox only fill a Gateway (NewGateway);
+// New takes bare Options.
 //
 //	d, err := daemon.New(daemon.Options{Load: load, Logger: log})
 //	err = d.Run(ctx) // until ctx ends; SIGHUP and file changes call Reload
@@ -56,22 +58,19 @@ type Options struct {
 	Logger *slog.Logger
 	// CA terminates inspected tunnels; nil denies inspected rules.
 	CA proxy.CertIssuer
-	// Walls applies the kernel rules for a policy (nil: no walls managed
-	// here). Called on start and on every reload, before Verify.
-	Walls func(ctx context.Context, p *policy.Policy) error
-	// WallsSame reports whether two policies need the same kernel walls. A
-	// reload whose candidate needs other walls cannot be verified beside
-	// the policy in force (the walls are the host's, one set for all): it
-	// goes in force gated (503 not-ready) while verified, and is rolled
-	// back if it fails. Nil with Walls set: every reload counts as a walls
-	// change.
-	WallsSame func(a, b *policy.Policy) bool
-	// WallsCheck reads the walls back and repairs drift (tampering), on
-	// start and every WallsInterval; nil: no drift check.
-	WallsCheck    func(ctx context.Context, p *policy.Policy) (drift []string, err error)
+	// Walls are the kernel walls kept in step with the policy (nil: no
+	// walls managed here): in force at start, read back and repaired
+	// every WallsInterval, and tried on the self-test's probe link before
+	// a reload that changes them goes in force.
+	Walls         Walls
 	WallsInterval time.Duration // 0: 30s
-	// Verify runs the self-test against the applied policy and walls. Nil
-	// with NoSelftest false is refused by New: readiness needs a proof.
+	// Verify runs the self-test of p: the policy in force (boot,
+	// schedule), or a reload's candidate, which decides only the
+	// self-test's own connections. For a candidate whose walls differ, ctx
+	// carries the function (selftest.WithProbeLink) the run calls with its
+	// probe link before any probe: a run that does not call it proves
+	// nothing about those walls, and the candidate is dropped. Nil with
+	// NoSelftest false is refused by New: readiness needs a proof.
 	Verify func(ctx context.Context, p *policy.Policy) Verdict
 	// NoSelftest runs no self-test. The daemon is then not ready (/readyz
 	// 503, the proxy refuses with 503) unless AllowUnverified is set too:
@@ -83,7 +82,7 @@ type Options struct {
 	// Webhook, when set, replaces the policy's selftest.webhook (which is
 	// read at each scheduled run, so a reload changes it).
 	Webhook string
-	// Listen overrides the config's listen addresses (tests); zero: config.
+	// ProxyListener replaces listen.proxy's listener (tests); nil: config.
 	ProxyListener net.Listener
 	// ToolsListener replaces tools.listen's listener (tests); nil: config.
 	ToolsListener net.Listener
@@ -104,8 +103,13 @@ type Options struct {
 	CAInterval time.Duration
 	// notifyHook replaces the webhook POST (tests): it gets the event.
 	notifyHook func(event string)
+	// Controls runs only the self-test's positive controls for p: what a
+	// degraded deployment retries until they pass (then one full self-test
+	// confirms). Nil: each retry runs Verify.
+	Controls func(ctx context.Context, p *policy.Policy) Verdict
 	// OutageRetry is the first wait before a degraded deployment's
-	// self-test runs again (it doubles up to maxOutageRetry). 0: 2s.
+	// controls (or, without Controls, its self-test) run again (it doubles
+	// up to maxOutageRetry). 0: 2s.
 	OutageRetry time.Duration
 	// Booted, when set, is called once the boot self-test has set the
 	// readiness (`egressd run` starts its command only then).
@@ -127,7 +131,7 @@ type Options struct {
 	HoneytokenDir string
 }
 
-// Daemon is a running egressd serve.
+// Daemon is a running egressd serve (or the gateway of an egressd run).
 type Daemon struct {
 	opt   Options
 	log   *slog.Logger
@@ -173,7 +177,7 @@ type Daemon struct {
 	degradedGauge prometheus.Gauge // egressd_selftest_degraded
 	// degraded is set while a scheduled self-test of the verified policy
 	// could only fail for an outage: the policy keeps serving and the
-	// self-test runs again after retryWait (doubling).
+	// controls run again after retryWait (doubling), then the self-test.
 	degraded  atomic.Bool
 	degradeCh chan struct{} // tells Run to arm the retry
 	retryWait time.Duration // owned by Run's loop
@@ -297,8 +301,9 @@ func (d *Daemon) Ready() (bool, string) {
 }
 
 // notVerified is the detail of a 503 for a request decided by a policy
-// whose self-test has not passed (a reload being verified, or rolled back).
-const notVerified = "egressd is not ready: the policy that decided this request has not passed its self-test (a reload is being verified; see /readyz)"
+// whose self-test has not passed: the gate's safety net (a reload's
+// candidate decides only the self-test's own connections, which pass it).
+const notVerified = "egressd is not ready: the policy that decided this request has not passed its self-test (see /readyz)"
 
 // gate is the proxy's Gate: it lets an allowed request through only if the
 // policy that decided it is the verified one and the walls are sealed.
@@ -455,7 +460,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		return err
 	}
 	if d.opt.Walls != nil {
-		if err := d.opt.Walls(ctx, p); err != nil {
+		if err := d.opt.Walls.Apply(ctx, p); err != nil {
 			return fmt.Errorf("apply walls: %w", err)
 		}
 	}
@@ -470,7 +475,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 	defer tick.Stop()
 	every := p.Selftest.Interval
 	var wallsTick <-chan time.Time
-	if d.opt.WallsCheck != nil {
+	if d.opt.Walls != nil {
 		iv := d.opt.WallsInterval
 		if iv <= 0 {
 			iv = 30 * time.Second
@@ -521,7 +526,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		case <-retry:
 			retry = nil
 			if d.degraded.Load() { // not sealed (or leaked) meanwhile
-				d.scheduledAs(ctx, "outage-retry")
+				d.retryOutage(ctx)
 			}
 			retry = d.nextRetry(retry)
 		case <-d.interval:
@@ -663,8 +668,9 @@ func (d *Daemon) verify(ctx context.Context, trigger string, p *policy.Policy) V
 	return v
 }
 
-// setReadiness records the verdict of a self-test of p (boot or
-// scheduled): a sealed run also marks p verified.
+// setReadiness records the verdict of a self-test of p (boot, scheduled,
+// or the reload whose candidate swap puts in force): a sealed run also
+// marks p verified.
 func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	d.verifiedGauge.Set(0)
 	if !v.Sealed || v.Err != nil {
@@ -695,11 +701,11 @@ func (d *Daemon) setReadiness(p *policy.Policy, v Verdict) {
 	}
 }
 
-// maxOutageRetry caps the backoff between the self-tests of a degraded
+// maxOutageRetry caps the backoff between the retries of a degraded
 // deployment.
 const maxOutageRetry = time.Minute
 
-// nextRetry arms the next self-test of a degraded deployment: after
+// nextRetry arms the next retry (retryOutage) of a degraded deployment: after
 // OutageRetry, then twice as long each time up to maxOutageRetry. pending
 // is kept when one is armed already; nil once the deployment is sealed or
 // down for a leak.
@@ -717,6 +723,31 @@ func (d *Daemon) nextRetry(pending <-chan time.Time) <-chan time.Time {
 		d.retryWait = min(2*d.retryWait, maxOutageRetry)
 	}
 	return time.After(d.retryWait)
+}
+
+// retryOutage is one retry of a degraded deployment: the positive
+// controls alone (Options.Controls) until they pass, then one full
+// self-test (scheduledAs) that confirms the walls, or finds a leak. Without
+// Controls each retry is a full self-test.
+func (d *Daemon) retryOutage(ctx context.Context) {
+	if d.opt.Controls == nil {
+		d.scheduledAs(ctx, "outage-retry")
+		return
+	}
+	d.reloadMu.Lock()
+	v := d.opt.Controls(ctx, d.Policy())
+	d.reloadMu.Unlock()
+	// counted apart from the self-tests: a controls-only run proves no
+	// wall, so it never sets the last-sealed time
+	if !v.Leaked() && (len(v.ControlsFailed) > 0 || v.Err != nil) {
+		d.selftests.WithLabelValues("outage-controls", "control-failed").Inc()
+		d.log.Warn("outage: the positive controls still fail; retried with backoff", "controls", v.ControlsFailed, "err", v.Err)
+		d.degrade(v) // Run arms the next retry
+		return
+	}
+	d.selftests.WithLabelValues("outage-controls", "passed").Inc()
+	d.log.Info("outage: the positive controls pass again; a full self-test confirms")
+	d.scheduledAs(ctx, "outage-retry")
 }
 
 // scheduled is the drift check: a leak takes readiness away and calls the
@@ -817,9 +848,11 @@ const loadGCPercent = 20
 
 // Reload is the verified reload: parse, then verify the candidate beside
 // the policy in force (sandboxes keep being decided by the verified
-// policy; only the self-test's own connections meet the candidate), then
-// swap atomically, or drop the candidate and say why. A config that does
-// not parse, or does not change the policy, changes nothing. Triggers that
+// policy and judged by the walls in force; only the self-test's own
+// connections meet the candidate, and its probe link the candidate's
+// walls), then swap atomically, or drop the candidate and say why. A
+// config that does not parse, or does not change the policy, changes
+// nothing. Triggers that
 // arrive while a reload runs coalesce into one more reload, which reads
 // the config as it is then; every caller gets the result of the round it
 // joined.
@@ -876,10 +909,10 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 	if next.Listen != old.Listen || next.Tools.Listen != old.Tools.Listen {
 		d.log.Warn("reload: listen addresses changed; they take effect on restart", "old", old.Listen, "new", next.Listen)
 	}
-	if d.opt.NoSelftest || (d.opt.Walls != nil && (d.opt.WallsSame == nil || !d.opt.WallsSame(old, next))) {
-		err = d.reloadInForce(ctx, why, old, next)
+	if d.opt.NoSelftest {
+		err = d.reloadUnverified(ctx, why, old, next)
 	} else {
-		err = d.reloadBeside(ctx, why, next)
+		err = d.reloadBeside(ctx, why, next, d.opt.Walls != nil && !d.opt.Walls.Same(old, next))
 	}
 	if err == nil && next.Selftest.Interval != old.Selftest.Interval {
 		select {
@@ -892,25 +925,67 @@ func (d *Daemon) reload(ctx context.Context, why string) error {
 
 // reloadBeside verifies next beside the policy in force: the proxy and the
 // DNS filter decide the self-test's own connections with next, everyone
-// else with the verified policy. Sealed: one swap puts next in force (and
-// decides the open tunnels again). Not sealed: next is dropped; nothing
-// was in force, so there is nothing to roll back and nothing was refused.
-func (d *Daemon) reloadBeside(ctx context.Context, why string, next *policy.Policy) error {
+// else with the verified policy. When next needs other walls (tryWalls),
+// they are put on the self-test's probe link alone while it runs
+// (Walls.Try, called by the run once its link is wired); every sandbox
+// keeps the walls in force. Sealed: next's walls go in force for everyone
+// (one transaction, the trial with it), then one swap puts next in force
+// (and decides the open tunnels again). Not sealed: the trial is taken off
+// the probe link and next is dropped; nothing else changed, so nothing was
+// refused and there is nothing to roll back.
+func (d *Daemon) reloadBeside(ctx context.Context, why string, next *policy.Policy, tryWalls bool) error {
 	d.setCandidate(next)
+	vctx := ctx
+	var tried atomic.Bool
+	if tryWalls {
+		vctx = selftest.WithProbeLink(ctx, func(iface string) error {
+			tried.Store(true)
+			return d.opt.Walls.Try(ctx, next, iface)
+		})
+	}
 	if testHookSwapped != nil {
 		testHookSwapped()
 	}
-	v := d.verify(ctx, "reload", next)
+	v := d.verify(vctx, "reload", next)
 	d.setCandidate(nil)
-	if !v.Sealed || v.Err != nil {
+	cause := verdictError(v)
+	if v.Sealed && v.Err == nil {
+		cause = nil
+	}
+	if tryWalls && cause == nil && !tried.Load() {
+		cause = errors.New("its walls differ and were not tried: the self-test built no probe link to try them on (walls need root)")
+	}
+	if tryWalls && cause == nil {
+		if err := d.opt.Walls.Apply(ctx, next); err != nil {
+			cause = fmt.Errorf("its tried walls could not be put in force (the walls in force stand): %w", err)
+		}
+	}
+	if cause != nil {
+		if tryWalls {
+			if err := d.opt.Walls.EndTry(ctx); err != nil {
+				return d.trialStuck(why, cause, err)
+			}
+		}
 		d.reloads.WithLabelValues("dropped").Inc()
-		d.log.Error("reload refused: the candidate failed its self-test and was dropped; the verified policy stays in force", "trigger", why, "err", verdictError(v))
-		return fmt.Errorf("reload refused, candidate dropped: %w", verdictError(v))
+		d.log.Error("reload refused: the candidate failed its self-test and was dropped; the verified policy and walls stay in force", "trigger", why, "err", cause)
+		return fmt.Errorf("reload refused, candidate dropped: %w", cause)
 	}
 	d.swap(next, v)
 	d.reloads.WithLabelValues("applied").Inc()
 	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
 	return nil
+}
+
+// trialStuck is a dropped candidate whose walls could not be taken off the
+// probe link: the next self-test would judge those walls there, not the
+// ones in force, so nothing is let through until a self-test passes (the
+// drift check removes a trial it finds).
+func (d *Daemon) trialStuck(why string, cause, err error) error {
+	d.ready.Store(false)
+	d.setStatus("not ready: a reload's candidate was dropped (" + cause.Error() + ") but its walls could not be taken off the probe link: " + err.Error())
+	d.reloads.WithLabelValues("rollback-failed").Inc()
+	d.log.Error("reload dropped, and its walls could not be taken off the probe link: nothing is let through until a self-test passes", "trigger", why, "err", cause, "end_trial_err", err)
+	return fmt.Errorf("reload refused, candidate dropped: %w; taking its walls off the probe link failed: %w", cause, err)
 }
 
 // setCandidate shows p (nil: none) to the self-test's own connections.
@@ -934,51 +1009,31 @@ func (d *Daemon) swap(next *policy.Policy, v Verdict) {
 	d.setReadiness(next, v)
 }
 
-// reloadInForce is the reload of a candidate that cannot be verified
-// beside the policy in force (its walls differ, or there is no self-test):
-// it goes in force at once, and the proxy's gate lets nothing it allows
-// through until it is verified (503 not-ready meanwhile); one that fails
-// is rolled back.
-func (d *Daemon) reloadInForce(ctx context.Context, why string, old, next *policy.Policy) error {
+// reloadUnverified is a reload without a self-test (--no-selftest): next
+// goes in force with its walls at once, as the boot's policy did; one
+// whose walls cannot be applied is rolled back.
+func (d *Daemon) reloadUnverified(ctx context.Context, why string, old, next *policy.Policy) error {
 	wasStatus := *d.status.Load()
-	if d.opt.NoSelftest {
-		d.verified.Store(next) // nothing to wait for: it serves once in force
-	} else {
-		d.setStatus("reloading: verifying the new policy (its walls differ: gated until verified)")
-	}
-	// From here the proxy decides with next, and its gate lets nothing
-	// that next allowed through until next is the verified policy: no
-	// separate readiness flag, so no window between swap and gate.
+	d.verified.Store(next) // nothing to wait for: it serves once in force
 	if err := d.apply(ctx, next); err != nil {
 		return d.rollback(ctx, why, old, wasStatus, fmt.Errorf("applying the walls: %w", err))
-	}
-	if testHookSwapped != nil {
-		testHookSwapped()
-	}
-	if !d.opt.NoSelftest {
-		v := d.verify(ctx, "reload", next)
-		if !v.Sealed || v.Err != nil {
-			return d.rollback(ctx, why, old, wasStatus, verdictError(v))
-		}
-		d.setReadiness(next, v)
 	}
 	d.reloads.WithLabelValues("applied").Inc()
 	d.log.Info("reload applied", "trigger", why, "config", next.Source, "rules", len(next.Rules))
 	return nil
 }
 
-// rollback restores old after a failed reload. If the walls cannot be
-// restored either, their state is unknown: egressd stops letting anything
-// through until a self-test (scheduled, or the next reload's) passes.
+// rollback restores old after an unverified reload whose walls could not
+// be applied. If the walls cannot be restored either, their state is
+// unknown: egressd stops letting anything through (and, with no
+// self-test to prove them again, stays so until a restart).
 func (d *Daemon) rollback(ctx context.Context, why string, old *policy.Policy, wasStatus string, cause error) error {
-	if d.opt.NoSelftest {
-		d.verified.Store(old)
-	}
+	d.verified.Store(old)
 	if err := d.apply(ctx, old); err != nil {
 		d.ready.Store(false)
 		d.setStatus("not ready: a reload failed (" + cause.Error() + ") and so did its rollback: " + err.Error())
 		d.reloads.WithLabelValues("rollback-failed").Inc()
-		d.log.Error("reload failed and its rollback failed too: nothing is let through until a self-test passes", "trigger", why, "err", cause, "rollback_err", err)
+		d.log.Error("reload failed and its rollback failed too: nothing is let through until a restart (no self-test runs to prove the walls again)", "trigger", why, "err", cause, "rollback_err", err)
 		return fmt.Errorf("reload rolled back: %w; the rollback failed: %w", cause, err)
 	}
 	d.setStatus(wasStatus)
@@ -1000,17 +1055,18 @@ func verdictError(v Verdict) error {
 }
 
 // testHookSwapped, when set (tests), runs in Reload right after the
-// candidate is shown to the self-test (or, for a walls change, installed)
-// and before its self-test: a request there must not be allowed by the
-// unverified policy.
+// candidate is shown to the self-test and before its self-test: a request
+// there must not be allowed by the unverified policy.
 var testHookSwapped func()
 
+// apply puts p and its walls in force without a self-test
+// (reloadUnverified and its rollback).
 func (d *Daemon) apply(ctx context.Context, p *policy.Policy) error {
 	d.pol.Store(p)
 	d.px.SetPolicy(p)
 	d.probes.setPolicy(p)
 	if d.opt.Walls != nil {
-		return d.opt.Walls(ctx, p)
+		return d.opt.Walls.Apply(ctx, p)
 	}
 	return nil
 }
@@ -1032,10 +1088,12 @@ func upstreamRoots(path string) (*x509.CertPool, error) {
 }
 
 // checkWalls compares the kernel walls with the spec and repairs drift.
+// It holds reloadMu, so it never runs while a reload tries a candidate's
+// walls on the probe link: a trial is drift only when one is left behind.
 func (d *Daemon) checkWalls(ctx context.Context) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	drift, err := d.opt.WallsCheck(ctx, d.Policy())
+	drift, err := d.opt.Walls.Check(ctx, d.Policy())
 	if len(drift) > 0 {
 		d.drift.Inc()
 		d.log.Error("walls drifted from the spec and were re-applied", "drift", drift, "repair_err", err)

@@ -33,9 +33,9 @@ func TestGatewayEvidence(t *testing.T) {
 	cfg := "version: 1\nlisten:\n  proxy: 127.0.0.1:0\n  dns: \"\"\n  admin: \"\"\naudit:\n  sign_key: file:" + filepath.Join(dir, "keys", audit.PrivateKeyFile) + "\n"
 	auditLog := filepath.Join(dir, "audit.jsonl")
 	g, err := NewGateway(Gateway{
-		Load:     func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "test.yaml") },
-		Logger:   slog.New(slog.DiscardHandler),
-		StateDir: state, AuditLog: auditLog, NoSelftest: true, AllowUnverified: true,
+		Options: Options{Load: func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "test.yaml") },
+			Logger: slog.New(slog.DiscardHandler), NoSelftest: true, AllowUnverified: true},
+		StateDir: state, AuditLog: auditLog,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
-	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/audit"
@@ -22,31 +19,24 @@ import (
 // other honours too: the proxy (upstream_ca, limits, identities, rules),
 // the DNS filter, the walls, the self-test, the audit chain and the
 // metrics are assembled here and nowhere else.
+//
+// Its Options are the daemon's (Load and Logger required); NewGateway
+// fills those it builds itself from the fields below (CA, CACheck, Audit,
+// HoneytokenDir, the walls and DNSAnswered), and refuses a Gateway that sets them.
 type Gateway struct {
-	// Load reads the config; Logger receives egressd's own log lines and
-	// every decision line.
-	Load   func() (*policy.Policy, error)
-	Logger *slog.Logger
+	Options
 	// StateDir holds the CA (StateDir/ca, created on first use) and the
 	// honeytoken store (watched: every token in it is refused).
 	StateDir string
 	// AuditLog, when set, also appends every decision to this file as a
 	// hash-chained line; Close seals it.
 	AuditLog string
-	// Walls maps a policy to the kernel walls this gateway owns, applied
-	// in WallsNS (nft.CurrentNamespace: this one) at start and on every
-	// reload and read back every WallsInterval; nil: no walls managed.
-	Walls         func(*policy.Policy) (nft.Spec, error)
-	WallsNS       int
-	WallsInterval time.Duration
-	// Verify, NoSelftest and ReadyExempt wire the self-test (see Options).
-	Verify      func(ctx context.Context, p *policy.Policy) Verdict
-	NoSelftest  bool
-	ReadyExempt func(remote netip.AddrPort) bool
-	Booted      func(Verdict)
-	// AllowUnverified and ProbeResult: see Options.
-	AllowUnverified bool
-	ProbeResult     func(ProbeResult) error
+	// WallsSpec maps a policy to the kernel walls this gateway owns,
+	// applied in WallsNS (nft.CurrentNamespace: this one) at start and on
+	// every reload and read back every WallsInterval; nil: no walls
+	// managed.
+	WallsSpec func(*policy.Policy) (nft.Spec, error)
+	WallsNS   int
 }
 
 // GatewayDaemon is a daemon built by NewGateway; Close releases what the
@@ -69,6 +59,9 @@ func (g *GatewayDaemon) Close() error {
 func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	if g.Logger == nil || g.Load == nil {
 		return nil, errors.New("gateway: Load and Logger are required")
+	}
+	if g.CA != nil || g.CACheck != nil || g.Audit != nil || g.HoneytokenDir != "" || g.Walls != nil || g.DNSAnswered != nil {
+		return nil, errors.New("gateway: CA, CACheck, Audit, HoneytokenDir, the walls and DNSAnswered are built from StateDir, AuditLog and WallsSpec: set those instead")
 	}
 	out := &GatewayDaemon{}
 	log := g.Logger
@@ -98,50 +91,18 @@ func NewGateway(g Gateway) (*GatewayDaemon, error) {
 	if err != nil {
 		return fail(err)
 	}
-	opt := Options{Load: g.Load, Logger: log, CA: authority, Verify: g.Verify, NoSelftest: g.NoSelftest, Booted: g.Booted, Audit: out.sink,
-		AllowUnverified: g.AllowUnverified, ProbeResult: g.ProbeResult, HoneytokenDir: g.StateDir}
-	opt.ProxyConfig.ReadyExempt = g.ReadyExempt
+	opt := g.Options
+	opt.Logger, opt.CA, opt.Audit, opt.HoneytokenDir = log, authority, out.sink, g.StateDir
 	caDir := filepath.Join(g.StateDir, "ca")
 	opt.CACheck = func() error { return sameCA(caDir, authority) }
-	if g.Walls != nil {
-		// redirectTable is the table of the walls in force while they
-		// redirect (transparent mode): the DNS filter's answers for allowed
-		// names go into its dynamic set, so those addresses, and no
-		// others beyond the rules' cidrs, reach the transparent listeners.
-		var redirectTable atomic.Pointer[string]
-		ensure := func(_ context.Context, p *policy.Policy) ([]string, error) {
-			s, err := g.Walls(p)
-			if err != nil {
-				return nil, err
-			}
-			drift, err := nft.Ensure(g.WallsNS, s)
-			if t := s.TableName(); len(s.Redirects) > 0 {
-				redirectTable.Store(&t)
-			} else {
-				redirectTable.Store(nil)
-			}
-			return drift, err
-		}
+	if g.WallsSpec != nil {
+		w := &nftWalls{spec: g.WallsSpec, ns: g.WallsNS}
+		opt.Walls = w
 		opt.DNSAnswered = func(client netip.Addr, addrs []netip.Addr, ttl time.Duration) {
-			if t := redirectTable.Load(); t != nil {
-				if err := nft.AddRedirect(g.WallsNS, *t, addrs, ttl); err != nil {
-					log.Error("transparent mode: the answer's addresses are not redirected", "client", client, "addrs", addrs, "err", err)
-				}
+			if err := w.answered(addrs, ttl); err != nil {
+				log.Error("transparent mode: the answer's addresses are not redirected", "client", client, "addrs", addrs, "err", err)
 			}
 		}
-		opt.Walls = func(ctx context.Context, p *policy.Policy) error {
-			_, err := ensure(ctx, p)
-			return err
-		}
-		opt.WallsCheck = ensure
-		// a reload whose walls do not change is verified beside the
-		// policy in force; one whose walls change goes in force gated
-		opt.WallsSame = func(a, b *policy.Policy) bool {
-			sa, errA := g.Walls(a)
-			sb, errB := g.Walls(b)
-			return errA == nil && errB == nil && reflect.DeepEqual(sa, sb)
-		}
-		opt.WallsInterval = g.WallsInterval
 		// the walls' counters on /metrics (the default table: serve's)
 		opt.Collectors = append(opt.Collectors, nft.NewCollector(g.WallsNS, nft.DefaultTable))
 	}

@@ -17,22 +17,21 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/egressd/egressd/policy"
 )
 
-// TestRollbackFailureIsNotReady: when a reload fails and restoring the old
-// walls fails too, the walls are in an unknown state: the reload says so,
-// and egressd lets nothing through until a self-test passes.
+// TestRollbackFailureIsNotReady: when a reload whose walls differ fails
+// and taking its walls off the probe link fails too, the next self-test
+// would judge those walls there: the reload says so, and egressd lets
+// nothing through until a self-test passes.
 func TestRollbackFailureIsNotReady(t *testing.T) {
 	var broken atomic.Bool
 	f := startWith(t, func(o *Options) {
-		o.Walls = func(context.Context, *policy.Policy) error {
+		o.Walls = &fakeWalls{fail: func(string) error {
 			if broken.Load() {
 				return errors.New("netlink: no buffer space")
 			}
 			return nil
-		}
+		}}
 	})
 	if got := f.status(t, f.a); got != 200 {
 		t.Fatalf("origin a before: %d", got)
@@ -40,10 +39,10 @@ func TestRollbackFailureIsNotReady(t *testing.T) {
 	broken.Store(true)
 	f.write(t, config("127.0.0.1:0", port(f.a), port(f.b)))
 	err := f.d.Reload(context.Background(), "test")
-	if err == nil || !strings.Contains(err.Error(), "rollback failed") {
-		t.Fatalf("Reload: %v, want an error naming the failed rollback", err)
+	if err == nil || !strings.Contains(err.Error(), "off the probe link failed") {
+		t.Fatalf("Reload: %v, want an error naming the walls left on the probe link", err)
 	}
-	if ok, why := f.d.Ready(); ok || !strings.Contains(why, "rollback") {
+	if ok, why := f.d.Ready(); ok || !strings.Contains(why, "probe link") {
 		t.Fatalf("Ready after a failed rollback: %v %q", ok, why)
 	}
 	if got := f.status(t, f.a); got != 503 {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,5 +159,52 @@ allow:
 		if resp.StatusCode != 503 || !strings.Contains(string(b), "leak") {
 			t.Errorf("/readyz after a leak: %d %q", resp.StatusCode, b)
 		}
+	}
+}
+
+// TestOutageRetriesRunOnlyControls: while a deployment is degraded for an
+// outage, each retry re-runs only the positive controls (Options.Controls),
+// not the whole self-test; once they pass, one full self-test confirms and
+// the deployment is no longer degraded.
+func TestOutageRetriesRunOnlyControls(t *testing.T) {
+	const failingControls = 3
+	var full, controls atomic.Int64
+	var outage atomic.Bool
+	f := startWith(t, func(o *Options) {
+		o.OutageRetry = 5 * time.Millisecond
+		o.Verify = func(context.Context, *policy.Policy) Verdict {
+			full.Add(1)
+			if outage.Load() {
+				return Verdict{ControlsFailed: []string{"expect/https://control.example.com/: upstream down"}}
+			}
+			return Verdict{Sealed: true}
+		}
+		o.Controls = func(context.Context, *policy.Policy) Verdict {
+			if controls.Add(1) <= failingControls {
+				return Verdict{ControlsFailed: []string{"expect/https://control.example.com/: upstream down"}}
+			}
+			outage.Store(false) // the upstream is back
+			return Verdict{Sealed: true}
+		}
+	})
+	boot := full.Load()
+	outage.Store(true)
+	f.d.scheduled(context.Background())
+	if ok, why := f.d.Ready(); !ok || !strings.Contains(why, "degraded") {
+		t.Fatalf("after a scheduled self-test during an outage: ready %v %q, want degraded", ok, why)
+	}
+	waitFor(t, "the controls to pass and one self-test to confirm", func() bool {
+		_, why := f.d.Ready()
+		return !strings.Contains(why, "degraded")
+	})
+	if n := controls.Load(); n != failingControls+1 {
+		t.Errorf("controls-only runs: %d, want %d (%d failing, then one passing)", n, failingControls+1, failingControls)
+	}
+	// the scheduled run that found the outage, and the one that confirms
+	if n := full.Load() - boot; n != 2 {
+		t.Errorf("full self-tests after boot: %d, want 2 (the scheduled one, then one to confirm once the controls pass)", n)
+	}
+	if n := counter(t, f, `egressd_selftest_runs_total{result="control-failed",trigger="outage-controls"}`); n != failingControls {
+		t.Errorf("control-failed outage-controls runs counted: %d, want %d", n, failingControls)
 	}
 }

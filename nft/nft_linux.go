@@ -234,16 +234,19 @@ func Check(ns int, s Spec) ([]string, error) {
 // repaired). When the check itself fails it still applies, since the replace
 // is idempotent and a wall that cannot be read back is not known to stand:
 // the drift is then "check failed: ...", and a failed repair returns both
-// errors.
+// errors. A trial table left beside the table (TryOn without EndTry or
+// Settle: a crash) is drift too, and the repair (Settle) removes it: on the
+// probe link its drops would hide a hole in the walls in force.
 func Ensure(ns int, s Spec) ([]string, error) {
 	drift, err := Check(ns, s)
 	if err != nil {
 		drift = []string{"check failed: " + err.Error()}
 	}
+	drift = append(drift, leftTrial(ns, s.TableName())...)
 	if len(drift) == 0 {
 		return nil, nil
 	}
-	if aerr := Apply(ns, s); aerr != nil {
+	if aerr := Settle(ns, s); aerr != nil {
 		return drift, errors.Join(err, aerr)
 	}
 	return drift, nil

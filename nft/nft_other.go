@@ -42,3 +42,12 @@ func Counters(ns int, table string) (map[string]Counter, error) { return nil, er
 
 // Tables is Linux-only.
 func Tables(ns int, prefix string) ([]string, error) { return nil, errUnsupported }
+
+// TryOn is not supported on this platform.
+func TryOn(ns int, table string, cand Spec, iface string) error { return errUnsupported }
+
+// EndTry is not supported on this platform.
+func EndTry(ns int, table string) error { return errUnsupported }
+
+// Settle is not supported on this platform.
+func Settle(ns int, s Spec) error { return errUnsupported }

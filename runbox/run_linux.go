@@ -400,16 +400,16 @@ func waitCommand(ctx context.Context, cmd *exec.Cmd, waitc chan error) error {
 // Gateway is the gateway of one run, for [daemon.NewGateway]: the run's
 // policy, its wall on its own link only, egressd's CA from the state dir.
 func Gateway(c Config, rp *policy.Policy, table string, link *sandbox.Link, log *slog.Logger) daemon.Gateway {
-	return daemon.Gateway{
-		Load:     func() (*policy.Policy, error) { return rp, nil },
-		Logger:   log,
+	g := daemon.Gateway{
+		Options:  daemon.Options{Load: func() (*policy.Policy, error) { return rp, nil }, Logger: log},
 		StateDir: c.StateDir,
-		Walls: func(p *policy.Policy) (nft.Spec, error) {
+		WallsSpec: func(p *policy.Policy) (nft.Spec, error) {
 			return Spec(p, table, link)
 		},
-		WallsNS:     nft.CurrentNamespace,
-		ReadyExempt: c.ReadyExempt,
+		WallsNS: nft.CurrentNamespace,
 	}
+	g.ProxyConfig.ReadyExempt = c.ReadyExempt
+	return g
 }
 
 func exitCode(err error) (int, error) {

@@ -24,6 +24,11 @@ type outcome struct {
 	detail string
 }
 
+// control reports whether p is a positive control: a target that must be
+// reachable (through the proxy, or a tool server), whose failure is
+// control-failed, not a leak.
+func (p probe) control() bool { return p.expected == expReachable || p.expected == expToolContent }
+
 func pass(result string) outcome { return outcome{status: Pass, result: result} }
 
 func leak(result, detail string) outcome {

@@ -198,6 +198,10 @@ type Config struct {
 	// this reason (for example "needs root"), and runs only the probes
 	// through the proxy and the resolver.
 	SkipDirect string
+	// ControlsOnly runs only the positive controls (the targets that must
+	// be reachable): what egressd retries during an outage until they
+	// pass, before one full run confirms. Such a run proves no wall.
+	ControlsOnly bool
 }
 
 // Request is one request the proxy must refuse.
@@ -263,6 +267,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	rand.Read(token)
 	r := &runner{c: c, token: "egressd-selftest-" + hex.EncodeToString(token)}
 	probes := r.catalog()
+	if c.ControlsOnly {
+		probes = slices.DeleteFunc(probes, func(p probe) bool { return !p.control() })
+	}
 	rep := &Report{Start: time.Now().UTC(), Results: make([]Result, len(probes))}
 	// Two rounds: the late probes (the canary log) check what the first
 	// round may have let out.

@@ -153,3 +153,41 @@ func TestNeverAllowsIsNoLeak(t *testing.T) {
 		t.Errorf("warnings %q, want one naming the rule, the class and the probes", w)
 	}
 }
+
+// TestControlsOnly: a controls-only run (an outage's retry) runs the
+// positive controls and nothing else: the same config's probes of the
+// proxy and the walls are left out, and the failed control is still
+// control-failed.
+func TestControlsOnly(t *testing.T) {
+	var d net.Dialer
+	c := Config{
+		Proxy: outageProxy(t),
+		Dial:  d.DialContext,
+		Refused: []Request{
+			{ID: "page-login/web", Method: "POST", URL: "https://web.example/login", Body: "u=x", Reason: "page-type", InTunnel: true},
+		},
+		ExpectReachable: []string{"https://web.example/", "https://other.example/"},
+		Timeout:         2 * time.Second,
+	}
+	for _, tt := range []struct {
+		only    bool
+		results int
+	}{{false, 3}, {true, 2}} {
+		c.ControlsOnly = tt.only
+		rep, err := Run(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Results) != tt.results {
+			t.Errorf("ControlsOnly %v: %d results, want %d: %s", tt.only, len(rep.Results), tt.results, rep.Summary())
+		}
+		for _, r := range rep.Results {
+			if tt.only && !strings.HasPrefix(r.ID, "expect/") {
+				t.Errorf("ControlsOnly: ran %s, not a positive control", r.ID)
+			}
+		}
+		if o := rep.Outcome(); o != OutcomeControlFailed {
+			t.Errorf("ControlsOnly %v: outcome %s, want control-failed", tt.only, o)
+		}
+	}
+}

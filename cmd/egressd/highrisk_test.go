@@ -81,9 +81,9 @@ func TestScheduledSelftestIsNotHighRisk(t *testing.T) {
 	}
 	// serve's self-test wiring, onto Options (for the listener and the
 	// dial guard above)
-	g := daemon.Gateway{Load: opt.Load, Logger: opt.Logger}
+	g := daemon.Gateway{Options: opt}
 	wireSelftest(&g, t.TempDir())
-	opt.Verify, opt.ProxyConfig.ReadyExempt = g.Verify, g.ReadyExempt
+	opt = g.Options
 	d, err := daemon.New(opt)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ func TestReportShowsPolicyInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// serve's wiring: a Load and a Verify, wrapped to record what is in force
-	g := daemon.Gateway{Load: func() (*policy.Policy, error) { return loadPolicy(cfg) }}
+	g := daemon.Gateway{Options: daemon.Options{Load: func() (*policy.Policy, error) { return loadPolicy(cfg) }}}
 	sealed := true
 	g.Verify = func(context.Context, *policy.Policy) daemon.Verdict { return daemon.Verdict{Sealed: sealed} }
 	trackInForce(&g, cfg, state)

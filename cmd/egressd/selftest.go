@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -70,8 +71,8 @@ func wireSelftest(opt *daemon.Gateway, stateDir string) {
 		return
 	}
 	log := opt.Logger
-	walls := opt.Walls != nil
-	opt.ReadyExempt = probens.Conns.Has
+	walls := opt.WallsSpec != nil
+	opt.ProxyConfig.ReadyExempt = probens.Conns.Has
 	opt.Verify = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
 		rep, mode, err := runSelftest(ctx, p, stateDir, walls, false)
 		v := probens.Verdict(rep, err)
@@ -93,12 +94,23 @@ func wireSelftest(opt *daemon.Gateway, stateDir string) {
 		}
 		return v
 	}
+	opt.Controls = func(ctx context.Context, p *policy.Policy) daemon.Verdict {
+		// an outage's retries: the positive controls alone, from where the
+		// self-test runs them
+		return probens.Verdict(probens.Controls(ctx, p, selftestRoots(p, stateDir), walls))
+	}
 }
 
 // runSelftest runs the catalog for p, trusting egressd's own CA in
 // stateDir too (inspected rules).
 func runSelftest(ctx context.Context, p *policy.Policy, stateDir string, namespace, remote bool) (*selftest.Report, string, error) {
-	return probens.Run(ctx, p, plan.TrustRoots(p, filepath.Join(stateDir, "ca", ca.CertFile)), namespace, remote)
+	return probens.Run(ctx, p, selftestRoots(p, stateDir), namespace, remote)
+}
+
+// selftestRoots are the self-test's trust roots: the upstreams' and
+// egressd's own CA in stateDir (inspected rules).
+func selftestRoots(p *policy.Policy, stateDir string) *x509.CertPool {
+	return plan.TrustRoots(p, filepath.Join(stateDir, "ca", ca.CertFile))
 }
 
 // recordRun appends a run to the history in stateDir.

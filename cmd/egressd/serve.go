@@ -56,7 +56,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	g := daemon.Gateway{
+	g := daemon.Gateway{Options: daemon.Options{
 		Load: func() (*policy.Policy, error) {
 			p, err := loadPolicy(*cfg)
 			if err == nil {
@@ -67,16 +67,14 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 			return p, err
 		},
 		Logger:          log,
-		StateDir:        *stateDir,
-		AuditLog:        *auditLog,
 		NoSelftest:      *noSelftest,
 		AllowUnverified: *allowUnverified,
 		ProbeResult: func(r daemon.ProbeResult) error {
 			return selftest.AppendHistory(*stateDir, selftest.HistoryLine{Source: "probe", Mode: "sandbox", Identity: r.Identity, Report: r.Report})
 		},
-	}
+	}, StateDir: *stateDir, AuditLog: *auditLog}
 	if *walls {
-		g.Walls = func(p *policy.Policy) (nft.Spec, error) { return daemon.WallSpec(p) }
+		g.WallsSpec = func(p *policy.Policy) (nft.Spec, error) { return daemon.WallSpec(p) }
 		g.WallsNS = nft.CurrentNamespace
 		g.WallsInterval = *wallsEvery
 	}

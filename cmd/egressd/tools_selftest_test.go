@@ -73,9 +73,9 @@ selftest:
 		}
 		return nil
 	}
-	g := daemon.Gateway{Load: opt.Load, Logger: opt.Logger}
+	g := daemon.Gateway{Options: opt}
 	wireSelftest(&g, stateDir)
-	opt.Verify, opt.ProxyConfig.ReadyExempt = g.Verify, g.ReadyExempt
+	opt = g.Options
 	d, err := daemon.New(opt)
 	if err != nil {
 		t.Fatal(err)

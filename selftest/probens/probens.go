@@ -49,12 +49,34 @@ const (
 // that could not start (the probe namespace could not be built); probes
 // that could not run are in the report.
 func Run(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace, remote bool) (*selftest.Report, string, error) {
+	return run(ctx, p, roots, namespace, remote, false)
+}
+
+// Controls runs only the positive controls of p's self-test, from where
+// Run would run them: an outage's retry, until they pass.
+func Controls(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace bool) (*selftest.Report, error) {
+	rep, _, err := run(ctx, p, roots, namespace, false, true)
+	return rep, err
+}
+
+func run(ctx context.Context, p *policy.Policy, roots *x509.CertPool, namespace, remote, controlsOnly bool) (*selftest.Report, string, error) {
 	env, err := Open(p, namespace)
 	if err != nil {
 		return nil, "", err
 	}
 	defer env.Close()
+	if tryOn := selftest.ProbeLink(ctx); tryOn != nil {
+		// the caller's walls for the probe link alone (a reload's
+		// candidate), before any probe
+		if env.link == "" {
+			return nil, "", errors.New("the probe link was to be given other walls, but this run builds no probe namespace (" + env.skip + ")")
+		}
+		if err := tryOn(env.link); err != nil {
+			return nil, "", fmt.Errorf("walls for the probe link %s: %w", env.link, err)
+		}
+	}
 	c := plan.Derive(p, roots)
+	c.ControlsOnly = controlsOnly
 	env.Apply(&c)
 	if remote {
 		// best effort: a proxy that is not running has no counters to spare
@@ -156,6 +178,7 @@ type Env struct {
 	listenICMP func(string) (net.PacketConn, error)
 	proxy, dns netip.AddrPort
 	skip       string
+	link       string // the probe link's gateway-side interface ("": none)
 	close      func()
 }
 
@@ -324,6 +347,7 @@ func Open(p *policy.Policy, namespace bool) (*Env, error) {
 		return nil, err
 	}
 	e := NSEnv(ns)
+	e.link = link.GatewayName
 	e.close = func() {
 		// Now, rather than when the kernel gets round to the dead
 		// namespace, so the next run finds the slot free.
