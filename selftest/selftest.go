@@ -281,9 +281,35 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 			}
 		}
 		wg.Wait()
+		r.secondLook(ctx, probes, rep.Results, late)
 	}
 	rep.Duration = time.Since(rep.Start)
 	return rep, nil
+}
+
+// secondLookFactor stretches a probe's timeout for its second look.
+const secondLookFactor = 3
+
+// secondLook runs once more, with secondLookFactor times its timeout, each
+// probe of the round that could not tell (status Error: no answer in time
+// where an answer was expected, as on a loaded machine), before the run is
+// called incomplete, and keeps the second result. A leak or a pass is
+// evidence and is never asked again. It runs before the late round, so the
+// canary log still sees what a second look let out.
+func (r *runner) secondLook(ctx context.Context, probes []probe, results []Result, late bool) {
+	var wg sync.WaitGroup
+	for i, p := range probes {
+		if p.late != late || results[i].Status != Error || ctx.Err() != nil {
+			continue
+		}
+		d := p.timeout
+		if d == 0 {
+			d = r.c.Timeout
+		}
+		p.timeout = d * secondLookFactor
+		wg.Go(func() { results[i] = r.run(ctx, p) })
+	}
+	wg.Wait()
 }
 
 func (c *Config) check() error {

@@ -1,0 +1,76 @@
+package selftest
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+// slowFirstProxy answers each request line 403 no-rule, except the first
+// time it sees it: then it answers nothing until the probe gives up and
+// closes (a proxy on a loaded machine, late once).
+func slowFirstProxy(t *testing.T) netip.AddrPort {
+	t.Helper()
+	l := listen(t)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				line := req.Method + " " + req.RequestURI
+				mu.Lock()
+				first := !seen[line]
+				seen[line] = true
+				mu.Unlock()
+				if first {
+					c.Read(make([]byte, 1)) // until the probe closes
+					return
+				}
+				c.Write([]byte("HTTP/1.1 403 Forbidden\r\nX-Egressd-Deny: no-rule\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+			}()
+		}
+	}()
+	return netip.MustParseAddrPort(l.Addr().String())
+}
+
+// TestSecondLook: a probe that could not tell in its timeout (here egressd's
+// own refusal came late, as on a loaded machine) is asked once more with a
+// longer timeout before the run is called incomplete; one late answer must
+// not make `run` refuse its command. Before, the run was incomplete.
+func TestSecondLook(t *testing.T) {
+	var d net.Dialer
+	c := Config{
+		Proxy: slowFirstProxy(t),
+		Dial:  d.DialContext,
+		Refused: []Request{
+			{ID: "identity-label/a/web", Method: "GET", URL: "http://web.example/", Reason: "no-rule"},
+		},
+		Timeout: 300 * time.Millisecond,
+	}
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Outcome() != OutcomeSealed {
+		t.Fatalf("outcome %s, want sealed after a second look:\n%s", rep.Outcome(), rep.Summary())
+	}
+	for _, res := range rep.Results {
+		if res.Status != Pass {
+			t.Errorf("%s: %s %s %s", res.ID, res.Status, res.Result, res.Detail)
+		}
+	}
+}
