@@ -463,6 +463,7 @@ func (d *Daemon) Run(ctx context.Context, started chan<- struct{}) error {
 		if err := d.opt.Walls.Apply(ctx, p); err != nil {
 			return fmt.Errorf("apply walls: %w", err)
 		}
+		d.reportLeftTrial()
 	}
 	// "serving" is a readiness signal (tests and supervisors wait for it):
 	// every listener is bound and the walls, if managed, are in place.
@@ -1085,6 +1086,21 @@ func upstreamRoots(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("upstream_ca %s: no PEM certificates", path)
 	}
 	return pool, nil
+}
+
+// reportLeftTrial counts and logs, as drift, a reload's trial that the
+// start's Apply found left beside the walls (egressd stopped during a
+// reload) and removed: the drift check never sees it, and it says that a
+// reload was cut short.
+func (d *Daemon) reportLeftTrial() {
+	lt, ok := d.opt.Walls.(interface{ LeftTrial() []string })
+	if !ok {
+		return
+	}
+	if left := lt.LeftTrial(); len(left) > 0 {
+		d.drift.Inc()
+		d.log.Error("walls at start: a reload's trial was left beside the walls in force (egressd stopped during a reload) and was removed", "drift", left)
+	}
 }
 
 // checkWalls compares the kernel walls with the spec and repairs drift.

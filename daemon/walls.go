@@ -40,6 +40,19 @@ type nftWalls struct {
 	// the probe link (Try): the DNS filter's answers for allowed names go
 	// into the redirect sets of those that redirect (transparent mode).
 	inForce, trial atomic.Pointer[nft.Spec]
+	// left is the trial the last Apply found left beside the walls and
+	// removed (LeftTrial hands it over once).
+	left atomic.Pointer[[]string]
+}
+
+// LeftTrial hands over, once, the trial the last Apply found left beside
+// the walls in force and removed: drift the start reports
+// (Daemon.Run), since the drift check will not see it.
+func (w *nftWalls) LeftTrial() []string {
+	if l := w.left.Swap(nil); l != nil {
+		return *l
+	}
+	return nil
 }
 
 func (w *nftWalls) Apply(_ context.Context, p *policy.Policy) error {
@@ -50,8 +63,12 @@ func (w *nftWalls) Apply(_ context.Context, p *policy.Policy) error {
 	// Ensure: a table that already holds s (a restart) is kept as it is,
 	// counters and the redirect set too; any other, or a trial beside it,
 	// is replaced by Settle in one transaction
+	left := nft.LeftTrial(w.ns, s.TableName())
 	if _, err := nft.Ensure(w.ns, s); err != nil {
 		return err // the walls and any trial stand as they were
+	}
+	if len(left) > 0 {
+		w.left.Store(&left)
 	}
 	w.trial.Store(nil)
 	w.inForce.Store(&s)

@@ -242,7 +242,7 @@ func Ensure(ns int, s Spec) ([]string, error) {
 	if err != nil {
 		drift = []string{"check failed: " + err.Error()}
 	}
-	drift = append(drift, leftTrial(ns, s.TableName())...)
+	drift = append(drift, LeftTrial(ns, s.TableName())...)
 	if len(drift) == 0 {
 		return nil, nil
 	}

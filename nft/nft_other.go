@@ -34,6 +34,12 @@ func Check(ns int, s Spec) ([]string, error) { return nil, errUnsupported }
 // Ensure is not supported on this platform.
 func Ensure(ns int, s Spec) ([]string, error) { return nil, errUnsupported }
 
+// LeftTrial is not supported on this platform: a check that cannot read
+// says so.
+func LeftTrial(ns int, table string) []string {
+	return []string{"trial check failed: " + errUnsupported.Error()}
+}
+
 // Show is not supported on this platform.
 func Show(ns int, table string) (string, error) { return "", errUnsupported }
 

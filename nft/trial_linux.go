@@ -103,8 +103,10 @@ func Settle(ns int, s Spec) error {
 	return nil
 }
 
-// leftTrial is the drift of a trial table beside table, if one is there.
-func leftTrial(ns int, table string) []string {
+// LeftTrial is the drift of a trial table beside table inet <table> in
+// namespace ns, if one is there (TryOn without EndTry or Settle: egressd
+// stopped during a reload).
+func LeftTrial(ns int, table string) []string {
 	trial := TrialTable(table)
 	ts, err := Tables(ns, trial)
 	if err != nil {

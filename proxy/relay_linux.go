@@ -70,6 +70,7 @@ func relayRaw(dst io.Writer, rc, wc syscall.RawConn, idle *idleWatch) (int64, er
 			switch {
 			case errors.Is(err, syscall.EINVAL) && sn == 0: // not spliceable: read and write
 				noSplice = true
+			case errors.Is(err, errNoPipe): // this burst reads and writes; the next tries again
 			case err != nil:
 				return n, err
 			case eof:
@@ -80,6 +81,12 @@ func relayRaw(dst io.Writer, rc, wc syscall.RawConn, idle *idleWatch) (int64, er
 		}
 	}
 }
+
+// errNoPipe: a burst could not get a pipe (EMFILE, ENFILE, ENOMEM: a
+// sandbox opening many tunnels can run the process out of descriptors).
+// The burst then moves with read and write: a pipe only saves CPU, and an
+// open tunnel must not be cut for the want of one.
+var errNoPipe = errors.New("relay pipe")
 
 // relaySplicedBytes counts the bytes relays moved with splice(2), and
 // relayPipesOpen the pipes they hold now (read by tests).
@@ -109,7 +116,7 @@ func spliceBurst(rc, wc syscall.RawConn, idle *idleWatch) (n int64, eof bool, er
 	// blocks, and entersyscall would wake sysmon (relayRead).
 	var p [2]int32
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PIPE2, uintptr(unsafe.Pointer(&p)), syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0); e != 0 {
-		return 0, false, fmt.Errorf("relay pipe: %w", e)
+		return 0, false, fmt.Errorf("%w: %w", errNoPipe, e)
 	}
 	relayPipesOpen.Add(1)
 	defer func() {
