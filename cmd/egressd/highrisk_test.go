@@ -52,6 +52,7 @@ func defaultWithLocalTargets(t *testing.T, proxyAddr, hook string) string {
 // egressd-selftest; one real high-risk attempt by a client adds 1 and
 // posts the alert webhook once.
 func TestScheduledSelftestIsNotHighRisk(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var posts []map[string]any
 	posted := make(chan struct{}, 16)

@@ -232,6 +232,7 @@ selftest:
 // registry. twine is not installed here: its upload is sent as the same
 // multipart POST to /legacy/ with curl.
 func TestRunRealClients(t *testing.T) {
+	t.Parallel()
 	for _, bin := range []string{"npm", "git", "go", "/usr/bin/python3"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s is needed", bin)
@@ -246,7 +247,7 @@ func TestRunRealClients(t *testing.T) {
 	home := filepath.Join(l.dir, "home")
 	os.Mkdir(home, 0o777)
 	os.Chmod(home, 0o777)
-	t.Setenv("HOME", home)
+	l.env = []string{"HOME=" + home}
 	logFile := filepath.Join(l.dir, "decisions.log")
 	flags := []string{"--log", logFile}
 	if os.Getenv("EGRESSD_BIN") != "" {

@@ -107,6 +107,7 @@ allow:
 // The uploads are real twine's (Debian's package; .ci/run installs it),
 // of a real wheel.
 func TestRunRealClientsUnderPrefix(t *testing.T) {
+	t.Parallel()
 	for _, bin := range []string{"npm", "curl", "twine", "/usr/bin/python3"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s is needed (.ci/run installs it)", bin)
@@ -124,7 +125,7 @@ func TestRunRealClientsUnderPrefix(t *testing.T) {
 	home := filepath.Join(l.dir, "home")
 	os.Mkdir(home, 0o777)
 	os.Chmod(home, 0o777)
-	t.Setenv("HOME", home)
+	l.env = []string{"HOME=" + home}
 	logFile := filepath.Join(l.dir, "decisions.log")
 	flags := []string{"--log", logFile}
 	if os.Getenv("EGRESSD_BIN") != "" {

@@ -75,6 +75,7 @@ fi
 // answer) and the script reported three leaks; `egressd probe` reported
 // metadata-direct as a leak the run's own probe had passed.
 func TestRunSeedProbeSealed(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, proofConfig)
 	out, code := l.run(t, nil, "bash", "-c", seedProbe)
 	if code != 0 || !strings.Contains(out, "OK: sandbox is sealed") {
@@ -99,6 +100,7 @@ func TestRunSeedProbeSealed(t *testing.T) {
 // redirect set before the client has them (a name-only rule on a public
 // address has no cidrs to redirect by), and a refused name adds nothing.
 func TestTransparentDNSAnswersRedirected(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t, testnet.WithRecords(map[string][]netip.Addr{"allowed.test": {testnet.OriginAddr4}, "other.test": {testnet.DNSAddr4}}))
 	bin := buildEgressd(t)
 	dir := t.TempDir()
@@ -151,6 +153,7 @@ allow:
 // write probes are untestable live, and the failed positive control is
 // an outage, said loudly, not a leak. Before, run exited 3.
 func TestRunDefaultConfigOffline(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, string(configs.Default))
 	start := time.Now()
 	out, code := l.run(t, nil, "sh", "-c", "echo CMD-RAN")
@@ -177,6 +180,7 @@ func TestRunDefaultConfigOffline(t *testing.T) {
 // NAME (trial runs of one agent add up for `suggest --identity NAME`),
 // and suggest leaves the run's own probe traffic out.
 func TestRunIdentity(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	logFile := filepath.Join(l.dir, "decisions.jsonl")
 	l.run(t, []string{"--identity", "agent-x", "--log", logFile}, "curl", "-sS", "-m", "10", "http://unlisted.test/x")

@@ -208,6 +208,7 @@ func tableOf(rep *selftest.Report) string {
 // 1), records both runs, and `report` shows them with the walls' counters;
 // without root it runs only the proxy-level probes, says so, and exits 2.
 func TestSelftestCommand(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	l.startServe(t, "--no-selftest", "--allow-unverified") // proven by the command below
 
@@ -275,6 +276,7 @@ func TestSelftestCommand(t *testing.T) {
 // open a hole (verified beside the policy in force: the walls do not
 // change), keeping the old policy and walls.
 func TestServeSelftest(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	l.startServe(t)
 	code, why := l.readyz(t) // serve logged "ready": the boot self-test is done

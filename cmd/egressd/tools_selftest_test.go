@@ -113,6 +113,7 @@ func readyz(t *testing.T, admin string) (int, string) {
 // reports leaks naming it, /readyz is 503 and says so, and the history
 // holds the evidence (what it returned).
 func TestSelftestToolServers(t *testing.T) {
+	t.Parallel()
 	t.Run("egressd's own endpoint: sealed", func(t *testing.T) {
 		d, admin, dir := bootWithToolServers(t, "")
 		if ok, why := d.Ready(); !ok {
