@@ -320,6 +320,9 @@ func TestRunCrashLeavesNothing(t *testing.T) {
 	if tables := l.tables(t); len(tables) == 0 {
 		t.Fatal("no run table while the run is live")
 	}
+	if len(runNamespaces(cmd.Process.Pid)) == 0 {
+		t.Errorf("no namespace named for the live run's pid %d: assertNothingLeft would look for the wrong names", cmd.Process.Pid)
+	}
 	t.Cleanup(func() {
 		for _, p := range processesWith("sleep " + token) {
 			syscall.Kill(p, syscall.SIGKILL) // ours: started by this test
@@ -386,19 +389,24 @@ func (l *runLab) assertNothingLeft(t *testing.T) {
 	if ents, _ := os.ReadDir(l.tmp); len(ents) > 0 {
 		t.Errorf("temp dirs left: %v", ents)
 	}
-	ours := map[int]bool{}
 	for _, c := range l.cmds {
-		if c.Process != nil {
-			ours[c.Process.Pid] = true
+		if c.Process == nil || syscall.Kill(c.Process.Pid, 0) != syscall.ESRCH {
+			continue
+		}
+		for _, ns := range runNamespaces(c.Process.Pid) {
+			t.Errorf("namespace %s of a dead run left", ns)
 		}
 	}
+}
+
+// runNamespaces lists the namespaces named for the `egressd run` of pid.
+func runNamespaces(pid int) []string {
+	var names []string
 	ents, _ := os.ReadDir(sandbox.NetnsDir)
 	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), runbox.NSPrefix)
-		p, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(p)
-		if ok && err == nil && ours[pid] && syscall.Kill(pid, 0) == syscall.ESRCH {
-			t.Errorf("namespace %s of a dead run left", e.Name())
+		if strings.HasPrefix(e.Name(), runbox.NSPrefix+strconv.Itoa(pid)+"-") {
+			names = append(names, e.Name())
 		}
 	}
+	return names
 }
