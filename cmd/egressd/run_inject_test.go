@@ -29,7 +29,7 @@ allow:
     cidrs: [203.0.113.0/24]
     mirror: pypi
 {INJECT}selftest:
-  timeout: 1s
+  timeout: 3s
   tcp: [203.0.113.100:8080]
   udp: [203.0.113.100:123]
   ipv6: ["[2001:db8:2::100]:8080"]

@@ -31,7 +31,7 @@ allow:
     hosts: [allowed.test]
     cidrs: [203.0.113.100/32]
 selftest:
-  timeout: 1s
+  timeout: 3s
   tcp: [203.0.113.53:443, 203.0.113.53:8080]
   ipv6: ["[2001:db8:2::53]:443"]
   metadata: [169.254.169.254]

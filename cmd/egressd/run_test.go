@@ -105,7 +105,7 @@ allow:
     hosts: [allowed.test]
     cidrs: [203.0.113.0/24]
 selftest:
-  timeout: 1s
+  timeout: 3s
   tcp: [203.0.113.100:8080]
   udp: [203.0.113.100:123]
   ipv6: ["[2001:db8:2::100]:8080"]

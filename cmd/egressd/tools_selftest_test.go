@@ -51,7 +51,7 @@ tools:
   listen: %s
 selftest:
   interval: 1h
-  timeout: 1s
+  timeout: 3s
   canary_url: http://egressd-canary.example/
   metadata: [169.254.169.254]
   expect_reachable: [%s/]
