@@ -370,6 +370,7 @@ func deleteRules(t *testing.T, ns int, table, chain string, texts ...string) {
 }
 
 func TestLeak(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t)
 	gatewayServices(t, topo)
 	gw := topo.Gateway.Fd()
@@ -493,6 +494,7 @@ const (
 // through a guard that accepts only the namespace with that cookie, and
 // prints "open ADDR" or "blocked ADDR".
 func TestUIDProbeHelper(t *testing.T) {
+	// Not parallel: the child side of TestLeakUID, alone in its own process (skipped otherwise).
 	spec := os.Getenv(helperEnv)
 	if spec == "" {
 		t.Skip("helper for TestLeakUID")
@@ -566,6 +568,7 @@ func uidOpen(t *testing.T, topo *testnet.Topo, uid int, addrs []string) []string
 }
 
 func TestLeakUID(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t)
 	gatewayServices(t, topo)
 	linkUp(t, topo.Gateway, "lo") // local-user traffic to the gateway's own addresses goes over lo
@@ -637,6 +640,7 @@ func TestLeakUID(t *testing.T) {
 // interface: the same wall holds, and the gateway's own traffic, whose
 // source lies inside the sandbox CIDR, is not cut off.
 func TestLeakBySource(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t)
 	gatewayServices(t, topo)
 	linkUp(t, topo.Gateway, "lo")
