@@ -18,28 +18,9 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 )
-
-// echoOrigin echoes whatever a connection sends, on 127.0.0.1.
-func echoOrigin(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return l.Addr().String()
-}
 
 // openTunnel opens a CONNECT tunnel to target through the proxy and proves
 // it carries bytes.
@@ -91,7 +72,7 @@ func echoes(c net.Conn) bool {
 // verified.)
 func TestStopDrainsThenSeals(t *testing.T) {
 	const n = 40
-	echo := echoOrigin(t)
+	echo := testutil.EchoServer(t)
 	_, echoPort, _ := net.SplitHostPort(echo)
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	sink, err := audit.Open(path)

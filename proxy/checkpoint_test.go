@@ -19,6 +19,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -220,7 +221,7 @@ func TestIdentitySourceAuthoritative(t *testing.T) {
 		t.Errorf("an unknown label minted an identity")
 	}
 	// the connection budget is the source's, whatever the labels
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, eport := splitPort(echo)
 	for _, label := range []string{"one", "two"} {
 		c := rawConnect(t, h, "ssh.test:"+eport, label)
@@ -253,7 +254,7 @@ func rawConnect(t *testing.T, h *harness, authority, label string) net.Conn {
 // closed at the swap, and logged as a denial with the new reason.
 func TestReloadClosesTunnels(t *testing.T) {
 	h := newHarness(t, testConfig, testNames)
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, port := splitPort(echo)
 	c := h.connect(t, "ssh.test:"+port)
 	br := bufio.NewReader(c)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
 const testConfig = `
@@ -183,7 +185,7 @@ func TestConnectSNIMismatch(t *testing.T) {
 
 func TestConnectRawTCP(t *testing.T) {
 	h := newHarness(t, testConfig, testNames)
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, port, _ := net.SplitHostPort(echo)
 	c := h.connect(t, "ssh.test:"+port)
 	defer c.Close()
@@ -339,7 +341,7 @@ func TestSmuggling(t *testing.T) {
 
 func TestQuarantineClosesTunnels(t *testing.T) {
 	h := newHarness(t, testConfig, testNames)
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, port := splitPort(echo)
 	c, err := net.Dial("tcp", h.proxyURL.Host)
 	if err != nil {

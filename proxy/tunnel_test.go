@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
 // recordHello returns the first flight of a Go TLS client configured by
@@ -239,7 +241,7 @@ func TestIdleTunnelDescriptors(t *testing.T) {
 // done, and keeps its identity's connection slot until it closes.
 func TestTunnelHoldsSlot(t *testing.T) {
 	h := newHarness(t, testConfig+"limits:\n  conns_per_identity: 2\n", testNames)
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, port := splitPort(echo)
 	a := h.connect(t, "ssh.test:"+port)
 	h.connect(t, "ssh.test:"+port)
@@ -269,7 +271,7 @@ func TestSplicedTunnelIdleTimeout(t *testing.T) {
 	// machine that oversleeps the pacing tenfold still keeps busy open.
 	const idle = time.Second
 	h := newHarness(t, testConfig+"limits:\n  idle_timeout: 1s\n", testNames)
-	_, port := splitPort(echoServer(t))
+	_, port := splitPort(testutil.EchoServer(t))
 	echo := func(c net.Conn, msg string) error {
 		c.SetDeadline(time.Now().Add(2 * time.Second))
 		if _, err := io.WriteString(c, msg); err != nil {
@@ -319,7 +321,7 @@ func TestSplicedTunnelIdleTimeout(t *testing.T) {
 // identity its source address gives is counted too.
 func TestConnLimitAcrossUserLabels(t *testing.T) {
 	h := newHarness(t, testConfig+"limits:\n  conns_per_identity: 2\n", testNames)
-	_, port := splitPort(echoServer(t))
+	_, port := splitPort(testutil.EchoServer(t))
 	open := 0
 	for i := range 4 {
 		c, err := net.Dial("tcp", h.proxyURL.Host)

@@ -19,9 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
-	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -421,7 +418,7 @@ func TestNegativeControls(t *testing.T) {
 func nftHole(id string, proto byte, dst netip.AddrPort) hole {
 	return hole{name: id, want: []string{id}, open: func(t *testing.T, l *lab, _ *selftest.Config) {
 		t.Cleanup(func() { l.walls(t) })
-		insertAccept(t, l.topo.Gateway.Fd(), l.spec.TableName(), proto, dst)
+		testnet.InsertAccept(t, l.topo.Gateway.Fd(), l.spec.TableName(), proto, dst)
 	}}
 }
 
@@ -446,39 +443,6 @@ func metadataReached(t *testing.T, l *lab) {
 		t.Errorf("the relay never reached the metadata server: the hole was not real")
 	}
 	l.topo.Metadata.Reset()
-}
-
-// insertAccept inserts "<family> daddr A <proto> [dport P] accept" at the
-// top of the sandbox forward chain.
-func insertAccept(t *testing.T, ns int, table string, proto byte, dst netip.AddrPort) {
-	t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fam, off, l4 := byte(unix.NFPROTO_IPV4), uint32(16), uint32(4)
-	if dst.Addr().Is6() {
-		fam, off, l4 = unix.NFPROTO_IPV6, 24, 16
-	}
-	exprs := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: l4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.Addr().AsSlice()},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-	}
-	if dst.Port() != 0 {
-		exprs = append(exprs,
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(dst.Port())})
-	}
-	exprs = append(exprs, &expr.Verdict{Kind: expr.VerdictAccept})
-	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: table}
-	c.InsertRule(&nftables.Rule{Table: tbl, Chain: &nftables.Chain{Name: "sbx_fwd", Table: tbl}, Exprs: exprs})
-	if err := c.Flush(); err != nil {
-		t.Fatalf("insert accept for %d %s: %v", proto, dst, err)
-	}
 }
 
 // useRelay starts the leaky relay in the gateway and points the probes'
