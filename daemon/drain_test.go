@@ -71,6 +71,7 @@ func echoes(c net.Conn) bool {
 // open. (The issue lost 121 of 2,000 tunnels' records, and the log still
 // verified.)
 func TestStopDrainsThenSeals(t *testing.T) {
+	t.Parallel()
 	const n = 40
 	echo := testutil.EchoServer(t)
 	_, echoPort, _ := net.SplitHostPort(echo)
@@ -162,6 +163,7 @@ allow:
 // TestStopLetsRequestsFinish: a plain request in flight when the stop
 // begins (no tunnel open) is answered within the grace, not cut.
 func TestStopLetsRequestsFinish(t *testing.T) {
+	t.Parallel()
 	got, release := make(chan struct{}), make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		close(got)
