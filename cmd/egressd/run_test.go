@@ -40,7 +40,7 @@ var built struct {
 }
 
 func TestMain(m *testing.M) {
-	testutil.WaitingParallel(6)
+	testutil.WaitingParallel(10)
 	code := m.Run()
 	testnet.ReportRootTests("cmd/egressd")
 	if built.dir != "" {
