@@ -19,6 +19,7 @@ import (
 // per window (at most maxAlertBatch listed, the rest counted), and a hung
 // webhook never blocks the caller: the queue fills and drops, counted.
 func TestAlerterBatchesAndNeverBlocks(t *testing.T) {
+	t.Parallel()
 	posts := make(chan map[string]any, 8)
 	release := make(chan struct{})
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

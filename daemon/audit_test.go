@@ -78,6 +78,7 @@ func readyz(t *testing.T, f *fixture) (int, string) {
 // state; a stop reports the seal it could not write. With
 // audit.on_error: allow, traffic flows (loudly).
 func TestAuditFailsClosed(t *testing.T) {
+	t.Parallel()
 	for _, allow := range []bool{false, true} {
 		t.Run(fmt.Sprintf("on_error_allow=%v", allow), func(t *testing.T) {
 			disk := &diskWriter{}
@@ -159,6 +160,7 @@ func TestAuditFailsClosed(t *testing.T) {
 // stop that could not seal): it runs, refuses what it would allow and says
 // why, until the log can be written.
 func TestAuditFailingAtStart(t *testing.T) {
+	t.Parallel()
 	disk := &diskWriter{}
 	disk.full.Store(true)
 	sink, err := audit.NewSink(disk)

@@ -24,6 +24,7 @@ import (
 // force: at the default GOGC the heap peaked at twice both); afterwards
 // the operator's setting is back. An operator's lower GOGC stands.
 func TestLoadKeepsTheCollectorClose(t *testing.T) {
+	// Not parallel: it sets GOGC and reads this process's RSS, which other tests change.
 	gogc := func() int { v := debug.SetGCPercent(-1); debug.SetGCPercent(v); return v }
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	for _, before := range []int{100, 50, loadGCPercent / 2} {

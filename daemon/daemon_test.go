@@ -143,6 +143,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestReload(t *testing.T) {
+	t.Parallel()
 	f := start(t)
 	if got := f.status(t, f.a); got != 200 {
 		t.Fatalf("origin a: %d, want 200", got)
@@ -182,6 +183,7 @@ func TestReload(t *testing.T) {
 }
 
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	f := start(t)
 	admin := "http://" + f.d.adminAddr
 	resp, err := http.Get(admin + "/readyz")
@@ -213,6 +215,7 @@ func TestReadiness(t *testing.T) {
 }
 
 func TestNoSelftestIsLoud(t *testing.T) {
+	t.Parallel()
 	_, err := New(Options{Load: func() (*policy.Policy, error) { return policy.Parse(strings.NewReader("version: 1\n"), "x") }, Logger: slog.Default()})
 	if err == nil || !strings.Contains(err.Error(), "--no-selftest") {
 		t.Fatalf("New without Verify: %v, want a refusal naming --no-selftest", err)
@@ -220,6 +223,7 @@ func TestNoSelftestIsLoud(t *testing.T) {
 }
 
 func TestReloadOnSIGHUP(t *testing.T) {
+	// Not parallel: it sends SIGHUP to this process, which every running daemon's WatchReload would take.
 	f := start(t)
 	// our own registration keeps SIGHUP from ending the test binary while
 	// WatchReload registers its handler
@@ -262,6 +266,7 @@ func counter(t *testing.T, f *fixture, name string) int {
 // selftest.webhook, a sealed one posts nothing, and a reload that changes
 // the webhook takes effect for the next run.
 func TestLeakWebhook(t *testing.T) {
+	t.Parallel()
 	type post struct {
 		hook string
 		body map[string]any
@@ -326,6 +331,7 @@ func TestLeakWebhook(t *testing.T) {
 // TestQuarantineLoopbackOnly: the quarantine API acts for loopback clients
 // only, while metrics stay open to whoever reaches the admin port.
 func TestQuarantineLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	f := start(t)
 	h := f.d.adminHandler()
 	do := func(method, path, from string) int {
@@ -370,6 +376,7 @@ func TestQuarantineLoopbackOnly(t *testing.T) {
 // admin endpoint and the DNS port are still not reachable through the
 // proxy (proxy-loop), so a sandbox cannot lift its own quarantine.
 func TestOwnListenersThroughProxy(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "egressd.yaml")
 	os.WriteFile(path, []byte(`version: 1
 listen:
@@ -439,6 +446,7 @@ allow:
 // end of one of the proxy's own upstream connections is refused by the
 // quarantine API (second lock behind proxy-loop).
 func TestQuarantineRefusesProxyClients(t *testing.T) {
+	t.Parallel()
 	f := start(t)
 	seen := make(chan string, 1)
 	release := make(chan struct{})

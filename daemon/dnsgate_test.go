@@ -100,6 +100,7 @@ const sandboxClient = "127.0.0.1:40000"
 // names get SERVFAIL until the policy in force is the verified one;
 // refused names keep their NXDOMAIN.
 func TestDNSAnswersOnlyFromTheVerifiedPolicy(t *testing.T) {
+	// Not parallel: it sets testHookSwapped, which every daemon's swap calls.
 	for _, leak := range []bool{false, true} {
 		name := map[bool]string{false: "sealed", true: "dropped"}[leak]
 		t.Run(name, func(t *testing.T) {
@@ -167,6 +168,7 @@ func TestDNSAnswersOnlyFromTheVerifiedPolicy(t *testing.T) {
 // as a leak and dropped. Without the exemption the canary probe would
 // meet the gate's SERVFAIL and could not tell.
 func TestReloadSelftestTestsTheCandidateOverDNS(t *testing.T) {
+	t.Parallel()
 	up := fakeUpstream(t)
 	var cfg atomic.Pointer[string]
 	set := func(s string) { cfg.Store(&s) }
@@ -217,6 +219,7 @@ func TestReloadSelftestTestsTheCandidateOverDNS(t *testing.T) {
 // verification, after a leak). Only a TCP client, whose address a
 // handshake proved, is exempt; the probe asks over TCP.
 func TestDNSExemptionOnlyOverTCP(t *testing.T) {
+	t.Parallel()
 	up := fakeUpstream(t)
 	const probeClient = "127.0.0.1:41000"
 	f := startWith(t, func(o *Options) {
@@ -243,6 +246,7 @@ func TestDNSExemptionOnlyOverTCP(t *testing.T) {
 // (limits.client_conns_per_identity): one past the limit is closed
 // unanswered, so a sandbox cannot hold DNS connections without bound.
 func TestDNSTCPCountsClientConns(t *testing.T) {
+	t.Parallel()
 	up := fakeUpstream(t)
 	f := startWith(t, func(o *Options) {
 		cfg := dnsConfig(up, "old.example.com") + "limits:\n  client_conns_per_identity: 3\n"

@@ -123,6 +123,7 @@ func waitErr(t *testing.T, errc <-chan error) error {
 // non-200 is counted; inside each held self-test the test also asks
 // itself, so the window is exercised whatever the scheduler does.
 func TestReloadRefusesNoAllowedRequest(t *testing.T) {
+	t.Parallel()
 	df := startDoor(t)
 	var stop atomic.Bool
 	var refused, total atomic.Int64
@@ -248,6 +249,7 @@ func TestReloadRefusesNoAllowedRequest(t *testing.T) {
 // reach b); a sandbox still gets the verified policy's 403, never a 200.
 // The candidate leaks, so it is dropped: b stays denied for everyone.
 func TestLeakingCandidateNeverInForce(t *testing.T) {
+	t.Parallel()
 	df := startDoor(t)
 	df.write(t, config("127.0.0.1:0", port(df.a), port(df.b)))
 	errc := df.reloadAsync("test")

@@ -18,28 +18,9 @@ import (
 
 	"github.com/egressd/egressd/audit"
 	"github.com/egressd/egressd/event"
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 )
-
-// echoOrigin echoes whatever a connection sends, on 127.0.0.1.
-func echoOrigin(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return l.Addr().String()
-}
 
 // openTunnel opens a CONNECT tunnel to target through the proxy and proves
 // it carries bytes.
@@ -90,8 +71,9 @@ func echoes(c net.Conn) bool {
 // open. (The issue lost 121 of 2,000 tunnels' records, and the log still
 // verified.)
 func TestStopDrainsThenSeals(t *testing.T) {
+	t.Parallel()
 	const n = 40
-	echo := echoOrigin(t)
+	echo := testutil.EchoServer(t)
 	_, echoPort, _ := net.SplitHostPort(echo)
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	sink, err := audit.Open(path)
@@ -181,6 +163,7 @@ allow:
 // TestStopLetsRequestsFinish: a plain request in flight when the stop
 // begins (no tunnel open) is answered within the grace, not cut.
 func TestStopLetsRequestsFinish(t *testing.T) {
+	t.Parallel()
 	got, release := make(chan struct{}), make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		close(got)

@@ -21,6 +21,7 @@ import (
 // log with audit.sign_key, and refuses the honeytokens of the state
 // directory's store, including a set issued while it runs.
 func TestGatewayEvidence(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if _, err := audit.GenerateKey(filepath.Join(dir, "keys")); err != nil {
 		t.Fatal(err)

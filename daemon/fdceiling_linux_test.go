@@ -25,6 +25,7 @@ import (
 // still answers /metrics, which counts them (issue 17.4: the admin
 // endpoint went dark exactly when an operator needed it).
 func TestAdminAtFDCeiling(t *testing.T) {
+	// Not parallel: its child counts descriptors against a low RLIMIT_NOFILE; the clients here must not share the machine with other tests' bursts.
 	if os.Getenv("EGRESSD_FDCEILING_CHILD") == "1" {
 		fdCeilingChild(t)
 		return
@@ -105,6 +106,7 @@ func fdCeilingChild(t *testing.T) {
 // The daemon runs in a child at a low RLIMIT_NOFILE; the clients run here,
 // so their own sockets cost the child nothing.
 func TestDNSTCPAtFDCeiling(t *testing.T) {
+	// Not parallel: its child counts descriptors against a low RLIMIT_NOFILE; the clients here must not share the machine with other tests' bursts.
 	if os.Getenv("EGRESSD_DNSFD_CHILD") == "1" {
 		dnsFDChild(t)
 		return

@@ -24,6 +24,7 @@ import (
 // would judge those walls there: the reload says so, and egressd lets
 // nothing through until a self-test passes.
 func TestRollbackFailureIsNotReady(t *testing.T) {
+	t.Parallel()
 	var broken atomic.Bool
 	f := startWith(t, func(o *Options) {
 		o.Walls = &fakeWalls{fail: func(string) error {
@@ -62,6 +63,7 @@ func TestRollbackFailureIsNotReady(t *testing.T) {
 // TestReloadChangesSelftestInterval: a reload that shortens
 // selftest.interval makes the scheduled self-test run at the new pace.
 func TestReloadChangesSelftestInterval(t *testing.T) {
+	t.Parallel()
 	f := startWith(t, func(*Options) {}) // default interval 5m; explicit reloads only
 	f.write(t, config("127.0.0.1:0", port(f.a))+"selftest:\n  interval: 30ms\n")
 	if err := f.d.Reload(context.Background(), "test"); err != nil {
@@ -76,6 +78,7 @@ func TestReloadChangesSelftestInterval(t *testing.T) {
 // cannot be watched leaves SIGHUP reloads working (before, WatchReload
 // returned at once and unregistered SIGHUP: the next reload killed egressd).
 func TestWatchReloadSurvivesAWatchFailure(t *testing.T) {
+	// Not parallel: it sends SIGHUP to this process, which every running daemon's WatchReload would take.
 	f := start(t)
 	guard := make(chan os.Signal, 16) // keeps SIGHUP from ending the test binary
 	signal.Notify(guard, syscall.SIGHUP)
@@ -102,6 +105,7 @@ func TestWatchReloadSurvivesAWatchFailure(t *testing.T) {
 // TestWebhookReport: the leak report carries no "<nil>" error, and an
 // answer other than 2xx is logged as a failure.
 func TestWebhookReport(t *testing.T) {
+	t.Parallel()
 	var body []byte
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ = io.ReadAll(r.Body)

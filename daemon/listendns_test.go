@@ -12,6 +12,7 @@ import (
 // as a daemon test that hung, then failed, under load). A port the config
 // names is tried once, and its error names it.
 func TestListenDNSRetriesATakenTCPPort(t *testing.T) {
+	t.Parallel()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

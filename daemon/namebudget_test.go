@@ -33,6 +33,7 @@ func (w nullDNSWriter) Hijack()                     {}
 // dns_wildcard_names new names through each: twice the budget the README
 // states. Names resolved through the DNS filter count in the proxy too.
 func TestOneNameBudgetForDNSAndProxy(t *testing.T) {
+	t.Parallel()
 	const cfg = "version: 1\nlisten:\n  dns: 127.0.0.1:5353\nresolver:\n  upstreams: [\"127.0.0.1:9\"]\nlimits:\n  dns_wildcard_names: 2\nallow:\n  - hosts: [\"*.wild.test\"]\n    pages: [\"*\"]\n"
 	d, err := New(Options{
 		Load:       func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "t.yaml") },

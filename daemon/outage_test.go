@@ -71,6 +71,7 @@ func (u *switchableUpstream) stop() {
 // resolver is back, within seconds of its return. A leak still takes the
 // door down.
 func TestOutageIsNotALeak(t *testing.T) {
+	t.Parallel()
 	up := newSwitchableUpstream(t)
 	const probeAddr = "127.0.0.1:41001"
 	var f *fixture

@@ -41,6 +41,7 @@ func fetchPlan(t testing.TB, ps *probes, id string) planResponse {
 // TestProbeLabel: only a live token of the same identity, to a host of
 // its plan, makes a request probe traffic; anything else is an agent's.
 func TestProbeLabel(t *testing.T) {
+	t.Parallel()
 	ps := testProbes(t)
 	a := fetchPlan(t, ps, "agent-a")
 	fetchPlan(t, ps, "agent-b")
@@ -72,6 +73,7 @@ func TestProbeLabel(t *testing.T) {
 // TestProbeResultAPI: a result needs this identity's token, once; it is
 // recorded per identity.
 func TestProbeResultAPI(t *testing.T) {
+	t.Parallel()
 	ps := testProbes(t)
 	a := fetchPlan(t, ps, "agent-a")
 	post := func(id, token string) int {
@@ -123,6 +125,7 @@ func FuzzProbeAPI(f *testing.F) {
 // 100-year interval was never overdue. Text is cleaned of control and bidi
 // characters and capped; the schedule is capped at a day.
 func TestProbeResultIsCleaned(t *testing.T) {
+	t.Parallel()
 	ps := testProbes(t)
 	a := fetchPlan(t, ps, "agent-a")
 	dirty := "leak\x1b]52;c;Y3VybCBldmlsfGJhc2g=\x07\x1b[2J\r\n| tcp/x | PASS |\u202egnp.exe" + strings.Repeat("x", 10000)
@@ -154,6 +157,7 @@ func TestProbeResultIsCleaned(t *testing.T) {
 // and no more; after the run's result, not at all. An agent holding a
 // plan cannot hide a stream of metadata requests under it.
 func TestProbeLabelOnceEach(t *testing.T) {
+	t.Parallel()
 	ps := testProbes(t)
 	a := fetchPlan(t, ps, "agent-a")
 	ua := "egressd-probe/" + a.Token
@@ -193,6 +197,7 @@ func postBody(t testing.TB, ps *probes, id string, body map[string]any) int {
 // reports afterwards is a claim that does not close it, nor turn the
 // outcome metric back to sealed; an operator's acknowledgement does.
 func TestProbeLeakIsEvidence(t *testing.T) {
+	t.Parallel()
 	ps := testProbes(t)
 	ps.quarantineOnLeak = true
 	var alerts []proxy.Attempt
@@ -257,6 +262,7 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, key, val string) f
 // claiming 2030 showed an age of -27,027 h), and the schedule it claims is
 // capped by selftest.probe_every_max.
 func TestProbeServerTime(t *testing.T) {
+	t.Parallel()
 	ps := testProbes(t)
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	ps.now = func() time.Time { return now }
@@ -277,6 +283,7 @@ func TestProbeServerTime(t *testing.T) {
 // TestProbeRate: plans (each a run and a history record) are rate-capped
 // per identity.
 func TestProbeRate(t *testing.T) {
+	t.Parallel()
 	ps := testProbes(t)
 	now := time.Now()
 	ps.now = func() time.Time { return now }
@@ -296,6 +303,7 @@ func TestProbeRate(t *testing.T) {
 // TestProbeIncidentAPI: the admin endpoint lists open incidents and lets a
 // loopback operator acknowledge one; nobody else can.
 func TestProbeIncidentAPI(t *testing.T) {
+	t.Parallel()
 	f := start(t)
 	h := f.d.adminHandler()
 	do := func(method, path, from string) (int, string) {

@@ -21,6 +21,7 @@ import (
 // policy decides it (b 403, a 200), as it did before the reload. The hook stands for a scheduler pause at the worst
 // moment (the issue measured 4,272 such requests with a 200 ms pause).
 func TestReloadHasNoUnverifiedWindow(t *testing.T) {
+	// Not parallel: it sets testHookSwapped, which every daemon's swap calls.
 	for _, leak := range []bool{false, true} {
 		name := "sealed"
 		if leak {
@@ -70,6 +71,7 @@ func TestReloadHasNoUnverifiedWindow(t *testing.T) {
 // one that failed: the issue counted 13 in 38 reloads, and 4,272 with a
 // pause at the swap.
 func TestReloadUnderLoad(t *testing.T) {
+	// Not parallel: it sets testHookSwapped, which every daemon's swap calls.
 	var verifying atomic.Bool // a reload's self-test is running
 	var leakNext atomic.Bool
 	// allowedB says whether b is allowed by a verified policy; gen counts

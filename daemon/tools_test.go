@@ -23,6 +23,7 @@ import (
 // egressd, leave a loopback endpoint to the host, and refuse an address
 // the walls do not open.
 func TestToolsWall(t *testing.T) {
+	t.Parallel()
 	base := "version: 1\nlisten:\n  proxy: 10.237.0.1:3128\n"
 	for _, tc := range []struct {
 		name, tools string
@@ -62,6 +63,7 @@ func TestToolsWall(t *testing.T) {
 // a tool error), and the endpoint itself is egressd's own listener, which
 // no rule reaches through the proxy (proxy-loop).
 func TestToolsEndpoint(t *testing.T) {
+	t.Parallel()
 	o := httptestOrigin(t)
 	path := filepath.Join(t.TempDir(), "egressd.yaml")
 	os.WriteFile(path, []byte(config("127.0.0.1:0", port(o))+"  - name: local-dev\n    cidrs: [127.0.0.0/8]\n    ports: [\"1-65535\"]\n    pages: [\"*\"]\ntools:\n  listen: 127.0.0.1:0\n"), 0o600)

@@ -21,6 +21,7 @@ import (
 // the proxy refusing (nothing proves the walls); --allow-unverified serves,
 // loudly; egressd_verified is 1 only after a sealed self-test.
 func TestUnverifiedIsNotReady(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		opt          Options

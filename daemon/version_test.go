@@ -11,6 +11,7 @@ import (
 
 // TestBuildInfoMetric: /metrics says which build runs.
 func TestBuildInfoMetric(t *testing.T) {
+	t.Parallel()
 	f := start(t)
 	resp, err := http.Get("http://" + f.d.adminAddr + "/metrics")
 	if err != nil {
@@ -33,6 +34,7 @@ func TestBuildInfoMetric(t *testing.T) {
 // it is an unversioned build; a binary without VCS stamping says so in
 // words rather than "(devel) (revision unknown)".
 func TestBuildInfoStamps(t *testing.T) {
+	t.Parallel()
 	vcs := []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-01-02T03:04:05Z"}, {Key: "vcs.modified", Value: "true"}}
 	cases := []struct {
 		name    string

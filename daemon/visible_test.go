@@ -24,6 +24,7 @@ import (
 // says so with the reason while the policy keeps serving; a later write
 // that works clears it.
 func TestHistoryFailureIsVisible(t *testing.T) {
+	t.Parallel()
 	var readOnly atomic.Bool
 	f := startWith(t, func(o *Options) {
 		inner := o.Verify
@@ -58,6 +59,7 @@ func TestHistoryFailureIsVisible(t *testing.T) {
 // error, a gauge at 0, a readiness note, and a webhook report, before any
 // restart would refuse to start.
 func TestCALossIsAlerted(t *testing.T) {
+	t.Parallel()
 	var lost atomic.Bool
 	posts := make(chan string, 4)
 	f := startWith(t, func(o *Options) {
@@ -94,6 +96,7 @@ func TestCALossIsAlerted(t *testing.T) {
 // TestAlertSeriesBounded: the per-identity alert series are capped (the
 // rest count under "_other") and expire when an identity stays quiet.
 func TestAlertSeriesBounded(t *testing.T) {
+	t.Parallel()
 	a := newAlerter(slog.New(slog.DiscardHandler), func() (string, time.Duration) { return "", time.Second })
 	now := time.Unix(1_000_000, 0)
 	a.now = func() time.Time { return now }
@@ -122,6 +125,7 @@ func testSeries(t *testing.T, c prometheus.Collector) int {
 // TestSameCA: the gateway's CA check passes while the state directory
 // holds the CA egressd serves with, and names a deleted key or another CA.
 func TestSameCA(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "ca")
 	serving, err := ca.LoadOrCreate(dir)
 	if err != nil {

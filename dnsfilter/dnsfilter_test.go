@@ -1018,14 +1018,20 @@ func TestShutdownRacingServe(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- s.Serve(pc, nil) }()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		for { // wait until Serve has registered its socket
+		for { // wait until Serve has registered its socket, failing if it returns or takes 5 s
 			s.mu.Lock()
 			n := len(s.listeners)
 			s.mu.Unlock()
 			if n > 0 {
 				break
 			}
-			time.Sleep(time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("Serve returned before registering its socket: %v", err)
+			case <-ctx.Done():
+				t.Fatal("Serve did not register its socket within 5 s")
+			case <-time.After(time.Millisecond): // polling: Serve signals nothing when it registers
+			}
 		}
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)

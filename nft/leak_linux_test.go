@@ -385,6 +385,7 @@ func deleteRules(t *testing.T, ns int, table, chain string, texts ...string) {
 }
 
 func TestLeak(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t)
 	gatewayServices(t, topo)
 	gw := topo.Gateway.Fd()
@@ -504,6 +505,7 @@ const (
 // through a guard that accepts only the namespace with that cookie, and
 // prints "open ADDR" or "blocked ADDR".
 func TestUIDProbeHelper(t *testing.T) {
+	// Not parallel: the child side of TestLeakUID, alone in its own process (skipped otherwise).
 	spec := os.Getenv(helperEnv)
 	if spec == "" {
 		t.Skip("helper for TestLeakUID")
@@ -582,6 +584,7 @@ func uidOpen(t *testing.T, topo *testnet.Topo, uid int, addrs []string) (open, s
 }
 
 func TestLeakUID(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t)
 	gatewayServices(t, topo)
 	linkUp(t, topo.Gateway, "lo") // local-user traffic to the gateway's own addresses goes over lo
@@ -658,6 +661,7 @@ func TestLeakUID(t *testing.T) {
 // interface: the same wall holds, and the gateway's own traffic, whose
 // source lies inside the sandbox CIDR, is not cut off.
 func TestLeakBySource(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t)
 	gatewayServices(t, topo)
 	linkUp(t, topo.Gateway, "lo")

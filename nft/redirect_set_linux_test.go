@@ -14,6 +14,7 @@ import (
 // (IPv4, high-risk returned first); the added answers are no drift, a
 // missing cidrs set is.
 func TestSystemRedirectOnlyAllowable(t *testing.T) {
+	t.Parallel()
 	ns, _ := newNS(t)
 	s := Spec{
 		Table:         "egressd_redirect_set",

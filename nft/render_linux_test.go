@@ -61,6 +61,7 @@ var goldenSpecs = map[string]Spec{
 }
 
 func TestRenderGolden(t *testing.T) {
+	t.Parallel()
 	for name, s := range goldenSpecs {
 		t.Run(name, func(t *testing.T) {
 			rs, err := build(s)
@@ -88,6 +89,7 @@ func TestRenderGolden(t *testing.T) {
 // TestRenderInvariants checks properties that must hold for any spec, so that
 // an accidental golden update cannot bless a hole.
 func TestRenderInvariants(t *testing.T) {
+	t.Parallel()
 	for name, s := range goldenSpecs {
 		t.Run(name, func(t *testing.T) {
 			rs, err := build(s)
@@ -149,6 +151,7 @@ func TestRenderInvariants(t *testing.T) {
 }
 
 func TestDescribeRule(t *testing.T) {
+	t.Parallel()
 	set := &nftables.Set{Name: "gw4", ID: 1}
 	tests := []struct {
 		name  string
@@ -196,6 +199,7 @@ func TestDescribeRule(t *testing.T) {
 }
 
 func TestIntervals(t *testing.T) {
+	t.Parallel()
 	k := func(s string) []byte { return netip.MustParseAddr(s).AsSlice() }
 	tests := []struct {
 		name  string
@@ -225,6 +229,7 @@ func TestIntervals(t *testing.T) {
 }
 
 func TestDiff(t *testing.T) {
+	t.Parallel()
 	rs, err := build(goldenSpecs["gateway"])
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +280,7 @@ func TestDiff(t *testing.T) {
 }
 
 func TestDiffCapsElements(t *testing.T) {
+	t.Parallel()
 	var many []string
 	for i := range 25 {
 		many = append(many, fmt.Sprintf("10.0.%d.0/24", i))
@@ -312,6 +318,7 @@ func (r *recorder) conn(t *testing.T) *nftables.Conn {
 // deletes and re-adds the table before anything else, with large sets split
 // into element messages that fit a 16-bit attribute length.
 func TestBatch(t *testing.T) {
+	t.Parallel()
 	s := goldenSpecs["gateway"]
 	for i := range 10000 {
 		// 10,000 disjoint /25s: the merge keeps them apart.
@@ -372,6 +379,7 @@ func TestBatch(t *testing.T) {
 }
 
 func TestUIDSetByteOrder(t *testing.T) {
+	t.Parallel()
 	rs, err := build(goldenSpecs["uid-only"])
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ func validSpec() Spec {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		mutate  func(*Spec)
@@ -102,6 +103,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidateReportsAll(t *testing.T) {
+	t.Parallel()
 	err := Spec{}.Validate()
 	if err == nil {
 		t.Fatal("Validate of zero Spec: got nil, want errors")
@@ -114,6 +116,7 @@ func TestValidateReportsAll(t *testing.T) {
 }
 
 func TestMergeRanges(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		in   []netip.Prefix

@@ -34,6 +34,7 @@ import (
 // datagram first and one from the sandbox's own address after it on the
 // same link: once the second has arrived, the first was dropped.
 func TestSpoofedSourceDropped(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t, testnet.WithoutServices())
 	gw := topo.Gateway.Fd()
 	spec := topoSpec(topo, []netip.Addr{testnet.GatewayAddr4, testnet.GatewayAddr6})

@@ -22,6 +22,7 @@ import (
 // none touches the test process's namespace, and TestMain checks that.
 
 func TestNamespaceZeroRefused(t *testing.T) {
+	t.Parallel()
 	// No root needed: the fd is refused before any netlink socket exists.
 	if err := Apply(0, goldenSpecs["gateway"]); err == nil || !strings.Contains(err.Error(), "namespace fd 0") {
 		t.Fatalf("Apply(0, ...): got %v, want a refusal of namespace fd 0", err)
@@ -32,6 +33,7 @@ func TestNamespaceZeroRefused(t *testing.T) {
 }
 
 func TestSystemApplyCheckDown(t *testing.T) {
+	t.Parallel()
 	ns, _ := newNS(t)
 	s := goldenSpecs["full"]
 
@@ -110,6 +112,7 @@ func TestSystemApplyCheckDown(t *testing.T) {
 // TestSystemApplyReplacesChangedSpec checks that a replace removes what the
 // old spec had and the new one does not.
 func TestSystemApplyReplacesChangedSpec(t *testing.T) {
+	t.Parallel()
 	ns, _ := newNS(t)
 	s := goldenSpecs["full"]
 	if err := Apply(ns, s); err != nil {
@@ -134,6 +137,7 @@ func TestSystemApplyReplacesChangedSpec(t *testing.T) {
 // is still there, whole: a failed Apply never leaves a half-built wall or
 // none.
 func TestSystemFailedApplyKeepsOldTable(t *testing.T) {
+	t.Parallel()
 	ns, _ := newNS(t)
 	old := goldenSpecs["gateway"]
 	if err := Apply(ns, old); err != nil {
@@ -169,6 +173,7 @@ func TestSystemFailedApplyKeepsOldTable(t *testing.T) {
 // with testdata/NAME.nft: the kernel holds what nft itself would print for
 // the intended ruleset.
 func TestSystemGoldenNFT(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"gateway", "full"} {
 		t.Run(name, func(t *testing.T) {
 			ns, nsName := newNS(t)
@@ -311,6 +316,7 @@ var tampers = []tamper{
 // TestSystemDriftRepair tampers with the table, checks that Check names
 // exactly the change, and that Ensure repairs it.
 func TestSystemDriftRepair(t *testing.T) {
+	t.Parallel()
 	s := goldenSpecs["gateway"]
 	for _, tc := range tampers {
 		t.Run(tc.name, func(t *testing.T) {
@@ -352,6 +358,7 @@ func TestSystemDriftRepair(t *testing.T) {
 // TestSystemWatch deletes the forward drop while Watch runs and waits for
 // Watch to report and repair it.
 func TestSystemWatch(t *testing.T) {
+	t.Parallel()
 	ns, _ := newNS(t)
 	s := goldenSpecs["gateway"]
 	if err := Apply(ns, s); err != nil {
@@ -417,6 +424,7 @@ func scaleSpec(n int) Spec {
 // TestSystemScale applies a spec with 10,000 IPv4 and 10,000 IPv6 source
 // CIDRs and logs the times of create, replace and check.
 func TestSystemScale(t *testing.T) {
+	t.Parallel()
 	ns, _ := newNS(t)
 	timed := func(what string, f func() error) {
 		t.Helper()
@@ -471,6 +479,7 @@ func BenchmarkApply(b *testing.B) {
 // without drift (the kernel reports the NAT flags we send), and a removed
 // redirect rule is seen as drift.
 func TestSystemRedirect(t *testing.T) {
+	t.Parallel()
 	ns, _ := newNS(t)
 	s := Spec{
 		Table:      "egressd_redirect",

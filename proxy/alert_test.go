@@ -26,6 +26,7 @@ import (
 // egressd_requests_total and egressd_high_risk_total. A made-up probe
 // User-Agent changes nothing.
 func TestAlertsAndProbeTraffic(t *testing.T) {
+	t.Parallel()
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(origin.URL, "http://"))

@@ -17,6 +17,7 @@ import (
 // TestDialNameBudget is issue 12 item 4 on the proxy's own resolver: a
 // host-only wildcard rule made egressd look up any <data>.example.com.
 func TestDialNameBudget(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse(strings.NewReader("version: 1\nlimits:\n  dns_wildcard_names: 2\nallow:\n  - hosts: [\"*.wild.example\"]\n    pages: [\"*\"]\n"), "t.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +60,7 @@ func TestDialNameBudget(t *testing.T) {
 // <data>.wild.test carried unbounded data to wild.test's name servers.
 // The budget follows the source address (or the identity its cidrs give).
 func TestNameBudgetIgnoresUserLabels(t *testing.T) {
+	t.Parallel()
 	const cfg = `
 version: 1
 resolver:

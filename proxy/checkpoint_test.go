@@ -19,6 +19,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 )
 
@@ -42,6 +43,7 @@ func (h *harness) inspectedTLS(t testing.TB, authority, sni string) *tls.Conn {
 // 431 with X-Egressd-Deny once over limits.header_bytes, and the proxy's
 // heap does not grow with it.
 func TestInspectedHeadLimit(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	tc := h.inspectedTLS(t, "docs.test:"+port, "docs.test")
@@ -99,6 +101,7 @@ func TestInspectedHeadLimit(t *testing.T) {
 // within Go's own slack of 4096) is refused by egressd with 431, so the
 // hygiene scanner never stops watching a connection Go still serves.
 func TestHeadLimitsAgree(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.plain.port()
 	big := strings.Repeat("a", 32<<10+1000-200) // head of header_bytes+~1000
@@ -117,6 +120,7 @@ func TestHeadLimitsAgree(t *testing.T) {
 // ClientHello, and a spliced one, are closed within the hello deadline; a
 // silent client before its CONNECT line within the head deadline.
 func TestSilentTunnelCut(t *testing.T) {
+	t.Parallel()
 	cfg := strings.Replace(testConfig, "identities:\n", "limits:\n  request_header_timeout: 300ms\nidentities:\n", 1)
 	h := newHarnessWith(t, cfg, testNames, func(c *Config) { c.HelloTimeout = 300 * time.Millisecond })
 	port := h.tlsO.port()
@@ -150,6 +154,7 @@ func TestSilentTunnelCut(t *testing.T) {
 // TestAcceptErrors: an accept error (out of descriptors) is logged and
 // counted, and the listener goes on serving.
 func TestAcceptErrors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -194,6 +199,7 @@ func (emfile) Timeout() bool   { return false }
 // label mints nothing, and a proven token refines the identity inside its
 // source.
 func TestIdentitySourceAuthoritative(t *testing.T) {
+	t.Parallel()
 	cfg := strings.Replace(testConfig, "identities:\n", "limits:\n  conns_per_identity: 2\nidentities:\n", 1)
 	h := newHarness(t, cfg, testNames)
 	target := "http://allowed.test:" + h.plain.port() + "/"
@@ -220,7 +226,7 @@ func TestIdentitySourceAuthoritative(t *testing.T) {
 		t.Errorf("an unknown label minted an identity")
 	}
 	// the connection budget is the source's, whatever the labels
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, eport := splitPort(echo)
 	for _, label := range []string{"one", "two"} {
 		c := rawConnect(t, h, "ssh.test:"+eport, label)
@@ -252,8 +258,9 @@ func rawConnect(t *testing.T, h *harness, authority, label string) net.Conn {
 // TestReloadClosesTunnels: a spliced tunnel whose rule a reload removed is
 // closed at the swap, and logged as a denial with the new reason.
 func TestReloadClosesTunnels(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, port := splitPort(echo)
 	c := h.connect(t, "ssh.test:"+port)
 	br := bufio.NewReader(c)
@@ -292,6 +299,7 @@ func isTimeout(err error) bool {
 // in the log; a plain request's bytes_out counts its head, and the query
 // length is logged.
 func TestCutsLoggedAsDeny(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	c := h.connect(t, "allowed.test:"+port)
@@ -323,6 +331,7 @@ func TestCutsLoggedAsDeny(t *testing.T) {
 // TestConnectWithHelloInOneWrite: a client that sends the CONNECT head and
 // its ClientHello in one write gets its tunnel (the hello is not lost).
 func TestConnectWithHelloInOneWrite(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	raw, err := net.Dial("tcp", h.proxyURL.Host)
@@ -379,6 +388,7 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 // TestInspectedCleartextRefused: cleartext inside an inspected CONNECT to
 // a TLS rule is refused (not-tls), never sent to the TLS port.
 func TestInspectedCleartextRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	c := h.connect(t, "docs.test:"+port)
@@ -397,6 +407,7 @@ func TestInspectedCleartextRefused(t *testing.T) {
 // TestInspectedUpgradeRefused: a protocol switch inside an inspected
 // tunnel is an explicit denial (upgrade), logged, never forwarded.
 func TestInspectedUpgradeRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	base := "https://docs.test:" + h.tlsO.port()
 	for _, hdr := range []map[string]string{
@@ -419,6 +430,7 @@ func TestInspectedUpgradeRefused(t *testing.T) {
 
 // TestSNICaseNormalized: an upper-case SNI names the same host.
 func TestSNICaseNormalized(t *testing.T) {
+	t.Parallel()
 	tgt, err := policy.ParseAuthority("allowed.test:443")
 	if err != nil {
 		t.Fatal(err)
@@ -460,6 +472,7 @@ func withExtension(t testing.TB, rec []byte, typ uint16, data []byte) []byte {
 // TestSplicedECHRefused: a ClientHello carrying encrypted_client_hello on
 // a spliced tunnel is cut (reason ech) and nothing reaches the origin.
 func TestSplicedECHRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	hello := recordHello(t, &tls.Config{ServerName: "allowed.test"})
@@ -495,6 +508,7 @@ func TestSplicedECHRefused(t *testing.T) {
 // TestInspectedConnectDecidedEarly: under an inspected rule, a CONNECT to
 // a name that resolves only to refused addresses gets its 403 at CONNECT.
 func TestInspectedConnectDecidedEarly(t *testing.T) {
+	t.Parallel()
 	cfg := strings.Replace(testConfig, "hosts: [docs.test]", "hosts: [docs.test, docsmeta.test, docspriv.test]", 1)
 	names := map[string][]string{"docsmeta.test": {"169.254.169.254"}, "docspriv.test": {"10.0.0.5"}}
 	for k, v := range testNames {
@@ -512,6 +526,7 @@ func TestInspectedConnectDecidedEarly(t *testing.T) {
 // TestProxyLoopEveryListener: every listener registered (and any local
 // address on the port of one bound to all addresses) is proxy-loop.
 func TestProxyLoopEveryListener(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	admin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -562,6 +577,7 @@ func TestProxyLoopEveryListener(t *testing.T) {
 // TestViaProxy: the local end of an upstream connection is known while it
 // is open (the admin endpoint refuses such clients).
 func TestViaProxy(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	seen := make(chan netip.AddrPort, 1)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -603,6 +619,7 @@ func helloWithDotSNI(t testing.TB) []byte {
 // with a trailing dot is the same host (normalized like hosts), not a
 // refused hello; the client's own bytes go upstream.
 func TestSNITrailingDot(t *testing.T) {
+	t.Parallel()
 	hello := helloWithDotSNI(t)
 	h0, raw, err := peekClientHello(&memConn{r: bytes.NewReader(hello)}, 0)
 	if err != nil || h0.ServerName != "allowed.test" || !bytes.Equal(raw, hello) {
@@ -646,6 +663,7 @@ func FuzzStripSNIDot(f *testing.F) {
 // TestStalledBodyCut: a client that sends a head and then stops sending
 // its body is closed after limits.idle_timeout.
 func TestStalledBodyCut(t *testing.T) {
+	t.Parallel()
 	cfg := strings.Replace(testConfig, "identities:\n", "limits:\n  idle_timeout: 300ms\nidentities:\n", 1)
 	h := newHarness(t, cfg, testNames)
 	port := h.plain.port()

@@ -20,6 +20,7 @@ import (
 // one past it is answered 429 conn-limit before it sends anything, and a
 // closed connection gives its slot back.
 func TestClientConnsPerIdentity(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig+"limits:\n  conns_per_identity: 2\n", testNames)
 	const limit = 4 * 2
 	open := func() (net.Conn, *bufio.Reader) {

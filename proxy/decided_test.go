@@ -34,6 +34,7 @@ func decisionLines(log string) int {
 // decision line, counted, and a metadata attempt in any spelling is
 // counted high-risk and alerted even though it cannot be parsed.
 func TestEveryRequestDecided(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	var alerts []Attempt
@@ -120,6 +121,7 @@ func TestEveryRequestDecided(t *testing.T) {
 // origin-form target with "://" in its query is decided as the path it is
 // (no false host-mismatch).
 func TestTunnelRequestsDecided(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, head string
 		status     string
@@ -164,6 +166,7 @@ func TestTunnelRequestsDecided(t *testing.T) {
 // one at start: a bare 431), and a shortened request_header_timeout ends a
 // silent head on a server started under the old one.
 func TestLimitsFollowReload(t *testing.T) {
+	t.Parallel()
 	cfg := strings.Replace(testConfig, "identities:\n", "limits:\n  request_header_timeout: 60s\nidentities:\n", 1)
 	h := newHarness(t, cfg, testNames)
 	port := h.plain.port()
@@ -201,6 +204,7 @@ func TestLimitsFollowReload(t *testing.T) {
 // sandbox the reason code only; the daemon's detail (which rules, which
 // probes leaked) goes to the log, where the operator reads it.
 func TestNotReadyBodyReasonOnly(t *testing.T) {
+	t.Parallel()
 	const secret = "probe metadata-direct leaked under rule internal-billing"
 	h := newHarnessWith(t, testConfig, testNames, func(c *Config) {
 		c.Gate = func(*policy.Policy) (policy.Reason, string) {
@@ -236,6 +240,7 @@ func TestNotReadyBodyReasonOnly(t *testing.T) {
 // TestGoErrorStatus: net/http's own answers are recognised; a handler's
 // response with the same headers (Date among them) is not.
 func TestGoErrorStatus(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		p    string
 		want int

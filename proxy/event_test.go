@@ -14,6 +14,7 @@ import (
 // report read what the proxy writes; so does the refusal of a request that
 // never reached a rule.
 func TestDecisionRecordSchema(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	h.do("GET", "http://unlisted.test/x", nil, nil)
 	h.raw("GET http://allowed.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n")

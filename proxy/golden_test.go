@@ -20,6 +20,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // and byte counts (placeholders) are masked. A change to the line is a
 // contract change: rerun with -update and say why in the commit.
 func TestDecisionLineGolden(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.plain.port()
 	requests := []struct{ method, url string }{

@@ -15,6 +15,7 @@ import (
 )
 
 func TestHelloDeadline(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		asked string
 		want  time.Duration
@@ -53,6 +54,7 @@ func FuzzHelloDeadline(f *testing.F) {
 // spliced) is cut within it, though the proxy's own deadline is 5 s: the
 // self-test's silent-tunnel probe sees the deadline hold without the wait.
 func TestHelloDeadlineAsked(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	for _, target := range []string{"docs.test:" + port, "allowed.test:" + port} {
@@ -86,6 +88,7 @@ func TestHelloDeadlineAsked(t *testing.T) {
 // answer, rather than no answer at all before the client gives up: the
 // self-test reads that as an outage (untestable), not as "no answer".
 func TestDialDeadlineAsked(t *testing.T) {
+	t.Parallel()
 	h := newHarnessWith(t, testConfig, testNames, func(c *Config) {
 		c.ResolverDial = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			<-ctx.Done() // a resolver that never answers

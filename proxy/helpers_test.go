@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
-	"github.com/egressd/egressd/internal/testutil"
 	"io"
 	"log"
 	"log/slog"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
 
 	"github.com/miekg/dns"
 
@@ -286,26 +287,6 @@ func (h *harness) connect(t testing.TB, authority string) net.Conn {
 	}
 	c.SetReadDeadline(time.Time{})
 	return c
-}
-
-// echoServer is a line echo on 127.0.0.1 (a stand-in for SSH).
-func echoServer(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	return l.Addr().String()
 }
 
 func splitPort(hp string) (string, string) {

@@ -44,6 +44,7 @@ allow:
 // with the identity it was issued to, its kind and where it was; the same
 // requests without it pass.
 func TestHoneytokenRefused(t *testing.T) {
+	t.Parallel()
 	reg := honeytoken.NewRegistry()
 	ts, err := honeytoken.Issue("sandbox-7")
 	if err != nil {
@@ -151,6 +152,7 @@ func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) 
 // host; a canary label in it is refused (the handshake fails) and logged
 // and alerted with where "sni", even under an allowing wildcard rule.
 func TestHoneytokenSNI(t *testing.T) {
+	t.Parallel()
 	reg := honeytoken.NewRegistry()
 	ts, _ := honeytoken.Issue("sandbox-8")
 	reg.Set("run", ts)
@@ -189,6 +191,7 @@ func TestHoneytokenSNI(t *testing.T) {
 // under any other Content-Encoding would reach the server decoded into
 // bytes no check read, so it is refused.
 func TestReadBodyUnknownCoding(t *testing.T) {
+	t.Parallel()
 	h := newHarnessWith(t, honeyConfig, map[string][]string{"jira.test": {"127.0.0.1"}}, nil)
 	jira := "http://jira.test:" + h.plain.port() + "/rest/api/2/search"
 	body := `{"jql":"project = X","maxResults":10}`

@@ -88,6 +88,7 @@ allow:
 `
 
 func TestInjectCredential(t *testing.T) {
+	t.Parallel()
 	const secret = "tok-9f8e7d6c5b4a"
 	dir := t.TempDir()
 	tokFile := filepath.Join(dir, "registry-token")

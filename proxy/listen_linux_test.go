@@ -12,6 +12,7 @@ import (
 // TestListenKeepAliveInherited: connections accepted from Listen carry the
 // keep-alive settings of the listening socket.
 func TestListenKeepAliveInherited(t *testing.T) {
+	t.Parallel()
 	l, err := Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +59,7 @@ func TestListenKeepAliveInherited(t *testing.T) {
 // TestListenDefersAccept: a connection is accepted once its client has
 // sent something, not before (one wake-up for accept and first read).
 func TestListenDefersAccept(t *testing.T) {
+	t.Parallel()
 	l, err := Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 //
 //	EGRESSD_MEASURE=1 go test -run TestMeasureCheckpoint -v -timeout 10m ./proxy
 func TestMeasureCheckpoint(t *testing.T) {
+	// Not parallel: a measurement: figures taken beside other tests would mislead.
 	if os.Getenv("EGRESSD_MEASURE") == "" {
 		t.Skip("set EGRESSD_MEASURE=1 to measure (minutes, thousands of descriptors)")
 	}
@@ -187,6 +188,7 @@ func silentClient(proxyAddr, target string) time.Duration {
 
 // TestMeasureProxyProcess is the proxy side of TestMeasureCheckpoint.
 func TestMeasureProxyProcess(t *testing.T) {
+	// Not parallel: the child side of TestMeasureCheckpoint, alone in its own process.
 	if os.Getenv("EGRESSD_MEASURE_CHILD") == "" {
 		t.Skip("the proxy process of TestMeasureCheckpoint")
 	}

@@ -4,6 +4,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
 // TestMemoryReleaser: a release is scheduled once the open tunnels fell
@@ -97,7 +99,7 @@ func TestTunnelCloseReleasesMemory(t *testing.T) {
 func TestTunnelKeepsNoResponseWriter(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
-	_, port := splitPort(echoServer(t))
+	_, port := splitPort(testutil.EchoServer(t))
 	c := h.connect(t, "ssh.test:"+port)
 	defer c.Close()
 	open := h.px.ids.openTunnels()

@@ -72,6 +72,7 @@ func (pp *parentProxy) targets() []string {
 }
 
 func TestUpstreamProxy(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	authFile := filepath.Join(dir, "parent-auth")
 	writeFile(t, authFile, []byte("egressd:pp-s3cret-77\n"))

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
 const testConfig = `
@@ -61,6 +63,7 @@ var testNames = map[string][]string{
 }
 
 func TestPlainHTTP(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.plain.port()
 	tests := []struct {
@@ -103,6 +106,7 @@ func TestPlainHTTP(t *testing.T) {
 // TestMetadataSpellingsNeverDial sends metadata in many spellings through
 // the proxy: each is a 403 and the proxy never even attempts a dial.
 func TestMetadataSpellingsNeverDial(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	spellings := []string{
 		"169.254.169.254", "0xA9FEA9FE", "2852039166", "0251.0376.0251.0376", "169.254.43518",
@@ -134,6 +138,7 @@ func TestMetadataSpellingsNeverDial(t *testing.T) {
 }
 
 func TestConnectSplice(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	resp, body := h.do("GET", "https://allowed.test:"+port+"/spliced", nil, nil)
@@ -156,6 +161,7 @@ func TestConnectSplice(t *testing.T) {
 }
 
 func TestConnectSNIMismatch(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	before := h.tlsO.hits.Load()
@@ -182,8 +188,9 @@ func TestConnectSNIMismatch(t *testing.T) {
 }
 
 func TestConnectRawTCP(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, port, _ := net.SplitHostPort(echo)
 	c := h.connect(t, "ssh.test:"+port)
 	defer c.Close()
@@ -204,6 +211,7 @@ func TestConnectRawTCP(t *testing.T) {
 }
 
 func TestInspectedMirror(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	base := "https://pypi.test:" + port
@@ -248,6 +256,7 @@ func TestInspectedMirror(t *testing.T) {
 }
 
 func TestInspectedPageTypes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	base := "https://docs.test:" + h.tlsO.port()
 	tests := []struct {
@@ -289,6 +298,7 @@ func TestInspectedPageTypes(t *testing.T) {
 // TestInspectedHostMismatch: inside an inspected tunnel to docs.test, a
 // request for another virtual host is refused.
 func TestInspectedHostMismatch(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	c := h.connect(t, "docs.test:"+port)
@@ -307,6 +317,7 @@ func TestInspectedHostMismatch(t *testing.T) {
 }
 
 func TestSmuggling(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.plain.port()
 	before := h.plain.hits.Load()
@@ -338,8 +349,9 @@ func TestSmuggling(t *testing.T) {
 }
 
 func TestQuarantineClosesTunnels(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, port := splitPort(echo)
 	c, err := net.Dial("tcp", h.proxyURL.Host)
 	if err != nil {
@@ -375,6 +387,7 @@ func TestQuarantineClosesTunnels(t *testing.T) {
 }
 
 func TestNotReady(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	h.ready.Store(false)
 	before := h.plain.hits.Load()
@@ -403,6 +416,7 @@ func TestNotReady(t *testing.T) {
 }
 
 func TestUpstreamTimeout(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig+"limits:\n  response_header_timeout: 200ms\n", testNames)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -426,6 +440,7 @@ func TestUpstreamTimeout(t *testing.T) {
 }
 
 func TestDecisionLogLine(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	h.do("GET", "http://allowed.test:"+h.plain.port()+"/logged", nil, nil)
 	line := waitLog(t, h, `"path":"/logged"`)
@@ -445,6 +460,7 @@ func TestDecisionLogLine(t *testing.T) {
 
 // TestCurl runs the real curl binary through the proxy.
 func TestCurl(t *testing.T) {
+	t.Parallel()
 	curl, err := exec.LookPath("curl")
 	if err != nil {
 		t.Skip("curl not installed (apt-get install -y curl)")
@@ -485,6 +501,7 @@ func waitLog(t *testing.T, h *harness, substr string) string {
 // up: a quarantined address (or the identity its cidrs give) walked out by
 // sending any user name.
 func TestQuarantineHoldsAcrossUserLabels(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ cfg, quarantine string }{
 		{testConfig + "  - name: sandbox\n    cidrs: [127.0.0.1/32]\n", "sandbox"}, // by cidrs
 		{testConfig, "127.0.0.1"}, // no identity: by address

@@ -49,6 +49,7 @@ func fragmentRecords(rec []byte, n int) []byte {
 // to an address. Each refused trick is paired with the same shape
 // carrying the right SNI, which the origin answers.
 func TestTunnelHelloTricks(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	answered := func(authority string, hello []byte, perWrite int) bool {
@@ -93,6 +94,7 @@ func TestTunnelHelloTricks(t *testing.T) {
 // preface with no ALPN) inside an inspected tunnel reaches no origin: the
 // inner server speaks HTTP/1.1 only.
 func TestInspectedH2PriorKnowledge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	before := h.tlsO.hits.Load()

@@ -11,6 +11,7 @@ import (
 // git and curl print of a failed tunnel; the header, the body with the
 // reason and the Go client's error say the same.
 func TestConnectRefusalStatusLine(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	port := h.tlsO.port()
 	for _, tt := range []struct {
@@ -42,6 +43,7 @@ func TestConnectRefusalStatusLine(t *testing.T) {
 // line: host and port of the URL, and the rule and page_type keys (never
 // decided, so empty), so log readers need no second schema.
 func TestRefusalLineNamesTheTarget(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	h.raw("GET http://allowed.test:8080/x HTTP/1.1\r\nHost: other.test\r\n\r\n")
 	line := waitLog(t, h, `"reason":"host-mismatch"`)

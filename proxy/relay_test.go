@@ -42,6 +42,7 @@ func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
 // while the final reader drains slowly, so the relay's writes hit EAGAIN
 // and resume; every byte must arrive, in order, and be counted.
 func TestRelayLargeSlowReader(t *testing.T) {
+	t.Parallel()
 	srcW, srcR := tcpPair(t)
 	dstW, dstR := tcpPair(t)
 	// a small send buffer: the relay's 64 KiB writes cannot complete at once
@@ -89,6 +90,7 @@ func TestRelayLargeSlowReader(t *testing.T) {
 // TestRelayPeerGone: when the destination's peer resets, the relay stops
 // with the write error instead of spinning or blocking.
 func TestRelayPeerGone(t *testing.T) {
+	t.Parallel()
 	srcW, srcR := tcpPair(t)
 	dstW, dstR := tcpPair(t)
 	dstR.SetLinger(0)
@@ -118,6 +120,7 @@ func TestRelayPeerGone(t *testing.T) {
 
 // TestRelayClosedSource: closing the source under a waiting relay ends it.
 func TestRelayClosedSource(t *testing.T) {
+	t.Parallel()
 	srcW, srcR := tcpPair(t)
 	dstW, dstR := tcpPair(t)
 	done := make(chan error, 1)
@@ -174,6 +177,7 @@ func BenchmarkRelay(b *testing.B) {
 // TestPeekClientHelloTCP reads a real ClientHello from a TCP socket and
 // keeps every byte it took for the replay.
 func TestPeekClientHelloTCP(t *testing.T) {
+	t.Parallel()
 	a, b := tcpPair(t)
 	go tls.Client(a, &tls.Config{ServerName: "example.test", InsecureSkipVerify: true}).Handshake()
 	hello, raw, err := peekClientHello(b, 5*time.Second)

@@ -17,6 +17,7 @@ import (
 // (reason header-budget), and a mirror rule forwards only its ecosystem's
 // headers.
 func TestHeaderBudgetLive(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var seen []http.Header
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,6 +62,7 @@ func TestHeaderBudgetLive(t *testing.T) {
 // extra field: free bytes up to the body cap) reached the server
 // unchecked. The body forwarded is the one checked.
 func TestGitBodyForwardedAsChecked(t *testing.T) {
+	t.Parallel()
 	var got []byte
 	var gotEnc string
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 // clients 503 fd-limit and counts them, keeping the reserve for the rest
 // of egressd; once descriptors are back it accepts again.
 func TestShedAtFDCeiling(t *testing.T) {
+	// Not parallel: it counts this process's descriptors, which other tests open and close.
 	if runtime.GOOS != "linux" {
 		t.Skip("descriptors are counted on Linux only")
 	}

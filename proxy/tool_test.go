@@ -29,6 +29,7 @@ func toolRequest(t *testing.T, method, rawURL, remote string) *http.Request {
 // dial and log line, marked via: tool, and counted like any request (a
 // high-risk attempt too).
 func TestServeToolIsAProxyRequest(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig + "  - name: agent\n    cidrs: [127.0.0.7/32]\n"
 	h := newHarness(t, cfg, testNames)
 	port := h.plain.port()
@@ -87,6 +88,7 @@ func TestServeToolIsAProxyRequest(t *testing.T) {
 // is refused (403 tool-refused, logged via tool), a listed one passes, and
 // ServeTool refuses the unlisted one too.
 func TestToolGate(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig + "  - name: agent\n    cidrs: [127.0.0.7/32]\n  - name: other\n    cidrs: [127.0.0.8/32]\ntools:\n  listen: 127.0.0.1:0\n  identities: [agent]\n"
 	h := newHarness(t, cfg, testNames)
 	if r := toolRequest(t, "POST", "http://127.0.0.1/mcp", "127.0.0.7:1"); !h.px.ToolGate(httptest.NewRecorder(), r) {
@@ -133,6 +135,7 @@ func counter(c prometheus.Counter) float64 {
 // applies for the token identity the tool's caller proves (the tool
 // holds no credential); the operator's message reaches the denial.
 func TestServeToolHTTPSInjectAndMessage(t *testing.T) {
+	t.Parallel()
 	const secret = "tok-tool-1234"
 	tokFile := filepath.Join(t.TempDir(), "token")
 	writeFile(t, tokFile, []byte(secret+"\n"))
@@ -171,6 +174,7 @@ func TestServeToolHTTPSInjectAndMessage(t *testing.T) {
 // alerted naming the identity it was issued to; the same fetch without it
 // passes.
 func TestToolFetchHoneytoken(t *testing.T) {
+	t.Parallel()
 	reg := honeytoken.NewRegistry()
 	ts, err := honeytoken.Issue("sandbox-9")
 	if err != nil {

@@ -31,6 +31,7 @@ func transparentListen(t *testing.T, serve func(net.Listener, uint16) error, por
 }
 
 func TestTransparentHTTP(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	addr := transparentListen(t, h.px.ServeTransparentHTTP, h.plain.port())
 	send := func(host, path string) string {
@@ -67,6 +68,7 @@ func TestTransparentHTTP(t *testing.T) {
 }
 
 func TestTransparentTLS(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	addr := transparentListen(t, h.px.ServeTransparentTLS, h.tlsO.port())
 	get := func(sni, hostHdr string, roots bool) (string, error) {
@@ -111,6 +113,7 @@ func TestTransparentTLS(t *testing.T) {
 // because egressd is not ready is logged as a denial with status 503, not
 // as an allow.
 func TestTransparentTLSNotReadyLogsDeny(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	h.ready.Store(false)
 	addr := transparentListen(t, h.px.ServeTransparentTLS, h.tlsO.port())

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
 // recordHello returns the first flight of a Go TLS client configured by
@@ -36,6 +38,7 @@ func recordHello(t testing.TB, cfg *tls.Config) []byte {
 }
 
 func TestPeekClientHello(t *testing.T) {
+	t.Parallel()
 	hello := recordHello(t, &tls.Config{ServerName: "allowed.test"})
 	noSNI := recordHello(t, &tls.Config{ServerName: "127.0.0.1"})
 	var protos []string // an ALPN list that makes the hello far larger than the first read
@@ -171,6 +174,7 @@ func roundTrip(t testing.TB, c net.Conn) {
 // round trip before the count, so every relay direction has run: nothing
 // is timed.
 func TestIdleTunnelDescriptors(t *testing.T) {
+	// Not parallel: it counts this process's descriptors, which other tests open and close.
 	if runtime.GOOS != "linux" {
 		t.Skip("splice and /proc/self/fd are Linux")
 	}
@@ -238,8 +242,9 @@ func TestIdleTunnelDescriptors(t *testing.T) {
 // TestTunnelHoldsSlot: a spliced tunnel runs after its CONNECT request is
 // done, and keeps its identity's connection slot until it closes.
 func TestTunnelHoldsSlot(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig+"limits:\n  conns_per_identity: 2\n", testNames)
-	echo := echoServer(t)
+	echo := testutil.EchoServer(t)
 	_, port := splitPort(echo)
 	a := h.connect(t, "ssh.test:"+port)
 	h.connect(t, "ssh.test:"+port)
@@ -265,11 +270,12 @@ func TestTunnelHoldsSlot(t *testing.T) {
 // that carried nothing for that long, and only such a tunnel: one with
 // traffic more often than that stays open well past it.
 func TestSplicedTunnelIdleTimeout(t *testing.T) {
+	t.Parallel()
 	// idle is long against the pacing below (idle/10), so a loaded
 	// machine that oversleeps the pacing tenfold still keeps busy open.
 	const idle = time.Second
 	h := newHarness(t, testConfig+"limits:\n  idle_timeout: 1s\n", testNames)
-	_, port := splitPort(echoServer(t))
+	_, port := splitPort(testutil.EchoServer(t))
 	echo := func(c net.Conn, msg string) error {
 		c.SetDeadline(time.Now().Add(2 * time.Second))
 		if _, err := io.WriteString(c, msg); err != nil {
@@ -318,8 +324,9 @@ func TestSplicedTunnelIdleTimeout(t *testing.T) {
 // number of tunnels past conns_per_identity with a new label each. The
 // identity its source address gives is counted too.
 func TestConnLimitAcrossUserLabels(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig+"limits:\n  conns_per_identity: 2\n", testNames)
-	_, port := splitPort(echoServer(t))
+	_, port := splitPort(testutil.EchoServer(t))
 	open := 0
 	for i := range 4 {
 		c, err := net.Dial("tcp", h.proxyURL.Host)

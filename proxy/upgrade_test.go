@@ -100,6 +100,7 @@ func inspectedTLS(t *testing.T, h *harness, host, port string) *tls.Conn {
 // relays a real WebSocket echo, logged as an allowed upgrade with its
 // byte counts.
 func TestWebSocketAllowed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, wsConfig, wsNames)
 	port, ups := wsOrigin(t, h)
 	tc := inspectedTLS(t, h, "ws.test", port)
@@ -155,6 +156,7 @@ const wsHeaders = "Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25j
 // allowed, and an allowed rule's other checks still apply to the
 // handshake; each refusal is logged and none reaches the origin.
 func TestUpgradeRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, wsConfig, wsNames)
 	port, ups := wsOrigin(t, h)
 	tests := []struct {
@@ -195,6 +197,7 @@ func TestUpgradeRefused(t *testing.T) {
 // limits.idle_timeout without traffic, and by a reload whose rule no
 // longer allows the upgrade (logged as a denial, reason upgrade).
 func TestWebSocketIdleAndReload(t *testing.T) {
+	t.Parallel()
 	open := func(t *testing.T, h *harness, port string) *websocket.Conn {
 		tc := inspectedTLS(t, h, "ws.test", port)
 		tc.SetDeadline(time.Time{})
@@ -281,6 +284,7 @@ func TestWebSocketIdleAndReload(t *testing.T) {
 // that let goproxy relay it would open the channel, and this test fails
 // then.
 func TestUpgradeCarriesNoClientBytes(t *testing.T) {
+	t.Parallel()
 	got := make(chan string, 1)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, brw, err := w.(http.Hijacker).Hijack()

@@ -26,6 +26,7 @@ func faultConfig(limits string) string {
 // and on the Transport path (a request with a body) — though no timeout
 // (default 60 s idle) has fired.
 func TestFaultClientGone(t *testing.T) {
+	t.Parallel()
 	for _, method := range []string{"GET", "POST"} {
 		t.Run(method, func(t *testing.T) {
 			h := newHarness(t, testConfig, testNames)
@@ -77,6 +78,7 @@ func TestFaultClientGone(t *testing.T) {
 // limits.response_idle_timeout is cut, and so is one that dribbles for
 // longer than limits.response_timeout.
 func TestFaultStalledBody(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, limits string
 		serve        func(c net.Conn)
@@ -125,6 +127,7 @@ func TestFaultStalledBody(t *testing.T) {
 // of a slow response reach the client at once (long-poll, streaming),
 // not when 4 KiB of body have arrived.
 func TestFaultSlowHeadStreams(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	o := newRawOrigin(t, func(c net.Conn, br *bufio.Reader) {
 		if _, ok := readHead(br); ok {
@@ -165,6 +168,7 @@ func TestFaultSlowHeadStreams(t *testing.T) {
 // is refused with 502 without reading it all, and one that does not come
 // within limits.response_header_timeout gets 504.
 func TestFaultResponseHead(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, limits string
 		serve        func(c net.Conn)

@@ -111,6 +111,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // after a response whose framing ended cleanly, with nothing left over
 // and no Connection: close.
 func TestUpstreamPool(t *testing.T) {
+	t.Parallel()
 	keepAlive := func(resp string) func(net.Conn, *bufio.Reader) {
 		return answer(resp, resp, resp)
 	}
@@ -160,6 +161,7 @@ func TestUpstreamPool(t *testing.T) {
 // without saying so costs a replayable request nothing (it is sent again
 // on a new connection) and a non-replayable one a 502.
 func TestUpstreamStale(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	o := newRawOrigin(t, answer(okResp)) // one response per connection, unannounced close
 	url := "http://allowed.test:" + o.port() + "/"
@@ -198,6 +200,7 @@ func TestUpstreamStale(t *testing.T) {
 // TestUpstreamNotPooledEarlyClose: a body closed before its end closes
 // the connection; nothing is drained and nothing is reused.
 func TestUpstreamNotPooledEarlyClose(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	big := strings.Repeat("x", 1<<20)
 	o := newRawOrigin(t, answer("HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n"+big, okResp))
@@ -220,6 +223,7 @@ func TestUpstreamNotPooledEarlyClose(t *testing.T) {
 // TestUpstreamCloseIdle: a new policy closes pooled connections, and a
 // connection in use when it arrives is closed, not pooled, when done.
 func TestUpstreamCloseIdle(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	o := newRawOrigin(t, answer(okResp, okResp, okResp))
 	url := "http://allowed.test:" + o.port() + "/"
@@ -252,6 +256,7 @@ func TestUpstreamCloseIdle(t *testing.T) {
 // TestUpstreamIdleTimeout: a pooled connection is closed after
 // IdleConnTimeout.
 func TestUpstreamIdleTimeout(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	h.px.tr.IdleConnTimeout = 50 * time.Millisecond
 	o := newRawOrigin(t, answer(okResp, okResp))
@@ -266,6 +271,7 @@ func TestUpstreamIdleTimeout(t *testing.T) {
 
 // TestUpstreamUnexpected: responses the synchronous path must not accept.
 func TestUpstreamUnexpected(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, resp string
 	}{
@@ -292,6 +298,7 @@ func TestUpstreamUnexpected(t *testing.T) {
 // answered releases the upstream connection at once, not after the
 // response-header timeout.
 func TestUpstreamClientGone(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	o := newRawOrigin(t, func(c net.Conn, br *bufio.Reader) {
 		readHead(br)
@@ -310,6 +317,7 @@ func TestUpstreamClientGone(t *testing.T) {
 // TestUpstreamPerRule: connections are pooled per host and rule: a name
 // and the literal address of the same origin do not share one.
 func TestUpstreamPerRule(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig, testNames)
 	o := newRawOrigin(t, answer(okResp, okResp, okResp))
 	c := h.client()

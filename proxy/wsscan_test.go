@@ -39,6 +39,7 @@ func wsFrame(opcode byte, fin bool, payload []byte, mask [4]byte) []byte {
 }
 
 func TestWSScanner(t *testing.T) {
+	t.Parallel()
 	ts, _ := honeytoken.Issue("ws-agent")
 	reg := honeytoken.NewRegistry()
 	reg.Set("t", ts)
@@ -124,6 +125,7 @@ func FuzzWSScanner(f *testing.F) {
 // an allowed WebSocket rule closes the connection before the origin gets
 // it, logged and alerted as a honeytoken; a message without one echoes.
 func TestWebSocketHoneytoken(t *testing.T) {
+	t.Parallel()
 	ts, _ := honeytoken.Issue("ws-agent")
 	reg := honeytoken.NewRegistry()
 	reg.Set("t", ts)
@@ -161,6 +163,7 @@ func TestWebSocketHoneytoken(t *testing.T) {
 // never negotiated) closes the connection before the origin gets it,
 // logged with reason upgrade.
 func TestWebSocketExtensionFrameRefused(t *testing.T) {
+	t.Parallel()
 	ts, _ := honeytoken.Issue("ws-agent")
 	reg := honeytoken.NewRegistry()
 	reg.Set("t", ts)

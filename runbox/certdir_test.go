@@ -21,6 +21,7 @@ import (
 // point at the run's bundle (or its hashed directory), replacing the
 // host's values.
 func TestEnvMoreClientsTrustTheBundle(t *testing.T) {
+	t.Parallel()
 	host := []string{"SSL_CERT_DIR=/etc/ssl/certs", "NIX_SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=/x", "HTTPLIB2_CA_CERTS=/y", "CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE=/z"}
 	env, _ := Env(host, false, nil, mustAP("10.0.0.1:3128"), "/run/b.pem", "")
 	joined := "\n" + strings.Join(env, "\n") + "\n"
@@ -43,6 +44,7 @@ func TestEnvMoreClientsTrustTheBundle(t *testing.T) {
 // (made by OpenSSL's c_rehash) names each root by the hash subjectHash
 // computes.
 func TestSubjectHashMatchesOpenSSL(t *testing.T) {
+	t.Parallel()
 	dir := "/etc/ssl/certs"
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -86,6 +88,7 @@ func TestSubjectHashMatchesOpenSSL(t *testing.T) {
 // signed by the CA in the bundle (the mixed-case, spaced subject checks
 // the canonical form).
 func TestCertDirVerifies(t *testing.T) {
+	t.Parallel()
 	openssl, err := exec.LookPath("openssl")
 	if err != nil {
 		t.Skip("openssl is not installed")

@@ -12,6 +12,7 @@ import (
 // TestRunCgroupDestroy: a process cloned into a run's cgroup (and its
 // child) is killed by destroy, which then removes the cgroup.
 func TestRunCgroupDestroy(t *testing.T) {
+	t.Parallel()
 	root := Cgroup2Root()
 	if os.Geteuid() != 0 || root == "" {
 		if os.Getenv("EGRESSD_REQUIRE_NETNS") == "1" {
@@ -57,6 +58,7 @@ func TestRunCgroupDestroy(t *testing.T) {
 // the cgroup v2 mount, never another cgroup a record might name. The
 // paths do not exist, so a broken guard is seen (nil) without harm.
 func TestKillCgroupRefusesOthers(t *testing.T) {
+	t.Parallel()
 	root := Cgroup2Root()
 	for _, p := range []string{root + "/egressd-test-not-ours", "/tmp/egressd-run-0", root + "/x/../egressd-run-0/..", "egressd-run-0"} {
 		if err := killCgroup(p); err == nil {

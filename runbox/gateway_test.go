@@ -15,6 +15,7 @@ import (
 // addresses, which move to the run's link. A per-run override of any other
 // key (the way run once dropped upstream_ca) fails here.
 func TestPolicyOnlyMovesListen(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse(bytes.NewReader(configs.Default), configs.DefaultName)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +56,7 @@ func mustAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 // link like the proxy, and the self-test's entry for egressd's own
 // endpoint follows it; other tool servers stay as configured.
 func TestPolicyMovesToolsEndpoint(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse(bytes.NewReader([]byte(`version: 1
 tools:
   listen: 10.237.0.1:8931

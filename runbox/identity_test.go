@@ -14,6 +14,7 @@ import (
 // untouched, an identity of that name keeps its evaluation mark, and a
 // probe identity or a malformed name is refused.
 func TestWithIdentity(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse(strings.NewReader("version: 1\nidentities:\n  - {name: agent-a, cidrs: [198.51.100.0/24], evaluation: true}\n"), "t.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ func testCAPEM(t *testing.T, cn string) []byte {
 // (its digest checks), lists every certificate as a trusted entry, and
 // refuses it with another password or one flipped byte.
 func TestJKSTrustStoreKeytool(t *testing.T) {
+	t.Parallel()
 	keytool, err := exec.LookPath("keytool")
 	if err != nil {
 		t.Skip("keytool is not installed")
@@ -77,6 +78,7 @@ func TestJKSTrustStoreKeytool(t *testing.T) {
 }
 
 func TestJKSTrustStoreEmpty(t *testing.T) {
+	t.Parallel()
 	if _, err := jksTrustStore([]byte("no certs here"), TrustStorePassword, time.Now()); err == nil {
 		t.Error("a bundle without certificates gave a trust store")
 	}

@@ -18,6 +18,7 @@ import (
 // it cannot (mode 0600 of another user, or behind a directory it cannot
 // search) is not.
 func TestReadableSecrets(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to own files as another user")
 	}
@@ -77,6 +78,7 @@ func TestReadableSecrets(t *testing.T) {
 // a directory the user cannot search pointing at a file it can read, are
 // readable; upstream_proxy.auth_from is checked like an inject secret.
 func TestReadableSecretsAsTheUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to own files as another user")
 	}
@@ -142,6 +144,7 @@ func setUserReadACL(path string, uid uint32) error {
 // directory and the run log (relative paths, which the helper would
 // refuse, are left to the readability check).
 func TestHiddenPaths(t *testing.T) {
+	t.Parallel()
 	p := &policy.Policy{Rules: []*policy.Rule{{Name: "a", Inject: &policy.Inject{File: "/etc/egressd/token"}}, {Name: "b", Inject: &policy.Inject{File: "/etc/egressd/token"}}},
 		UpstreamProxy: &policy.UpstreamProxy{Addr: "198.51.100.1:8080", AuthFile: "/etc/egressd/proxy-auth"}}
 	got := hiddenPaths(Config{Policy: p, StateDir: "/var/lib/egressd/", LogFile: "run.log"})
@@ -156,6 +159,7 @@ func TestHiddenPaths(t *testing.T) {
 // then leave them alone): named like a secret. An absent store is fine:
 // the run creates it root's, mode 0600.
 func TestReadableHoneytokenStore(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to own files as another user")
 	}

@@ -11,6 +11,7 @@ import (
 // held back ("dns queries not logged") is a DNS line like the ones it
 // counts: the run log gets it, the user's terminal does not.
 func TestLogHandlerDNSSummary(t *testing.T) {
+	t.Parallel()
 	var file, term bytes.Buffer
 	log := slog.New(&logHandler{
 		file: slog.NewJSONHandler(&file, &slog.HandlerOptions{Level: slog.LevelInfo}),

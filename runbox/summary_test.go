@@ -11,6 +11,7 @@ import (
 // TestLogHandler: decisions and DNS lines reach the log file only, and are
 // counted (a probe's are not); egressd's own warnings reach the terminal.
 func TestLogHandler(t *testing.T) {
+	t.Parallel()
 	var file, term, out bytes.Buffer
 	sum := &summary{}
 	log := slog.New(&logHandler{
@@ -51,6 +52,7 @@ func TestLogHandler(t *testing.T) {
 }
 
 func TestEnv(t *testing.T) {
+	t.Parallel()
 	host := []string{"PATH=/bin", "HOME=/h", "MY_API_TOKEN=s", "GITHUB_PAT=p", "FOO=bar", "HTTP_PROXY=http://evil:1", "NO_PROXY=*"}
 	proxy := mustAP("10.0.0.1:3128")
 	tests := []struct {
@@ -89,6 +91,7 @@ func TestEnv(t *testing.T) {
 // TestEnvJavaTrustStore: JAVA_TOOL_OPTIONS names the JKS trust store, its
 // type and password; a path JAVA_TOOL_OPTIONS cannot carry is left out.
 func TestEnvJavaTrustStore(t *testing.T) {
+	t.Parallel()
 	proxy := mustAP("10.0.0.1:3128")
 	for _, tt := range []struct {
 		store string
@@ -114,6 +117,7 @@ func TestEnvJavaTrustStore(t *testing.T) {
 // TestSummaryNPMAudit (issue 23): a refused npm audit is named in the
 // summary, with why and how to turn it off.
 func TestSummaryNPMAudit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		detail string
 		want   bool

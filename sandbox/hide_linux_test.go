@@ -17,6 +17,7 @@ import (
 // untouched outside; without hiding (the negative control) the command
 // reads them.
 func TestNSExecHides(t *testing.T) {
+	t.Parallel()
 	sbx := newNS(t, "hide")
 	dir := t.TempDir()
 	os.Chmod(filepath.Dir(dir), 0o755)

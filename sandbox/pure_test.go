@@ -8,6 +8,7 @@ import (
 )
 
 func TestSlot(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name          string
 		pool          string
@@ -56,6 +57,7 @@ func TestSlot(t *testing.T) {
 }
 
 func TestWriteResolvConf(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p, err := WriteResolvConf(dir, netip.MustParseAddr("198.51.100.1"))
 	if err != nil {

@@ -103,6 +103,7 @@ func current(t testing.TB) *sandbox.NS {
 }
 
 func TestCreateOpenDelete(t *testing.T) {
+	t.Parallel()
 	testnet.RequireRoot(t)
 	home := current(t)
 	root := testnet.RootCookie(t)
@@ -168,6 +169,7 @@ func TestCreateOpenDelete(t *testing.T) {
 }
 
 func TestCleanupPrefix(t *testing.T) {
+	t.Parallel()
 	testnet.RequireRoot(t)
 	prefix := uniqueName("cp-")
 	var want []string
@@ -214,6 +216,7 @@ func TestCleanupPrefix(t *testing.T) {
 }
 
 func TestCleanupStale(t *testing.T) {
+	t.Parallel()
 	testnet.RequireRoot(t)
 	// A PID that has just exited stands for a crashed test binary.
 	cmd := exec.Command("true")
@@ -251,6 +254,7 @@ func TestCleanupStale(t *testing.T) {
 }
 
 func TestDo(t *testing.T) {
+	t.Parallel()
 	sbx := newNS(t, "do")
 	home := current(t)
 	var inside, fromGoroutine uint64
@@ -355,6 +359,7 @@ func listenLoopback(t *testing.T) (addr string, accepted func(wait time.Duration
 // at sees no connection, while the same dial with the right cookie (the
 // control) does reach it.
 func TestGuardRefusesBeforeConnect(t *testing.T) {
+	t.Parallel()
 	sbx := newNS(t, "guard")
 	home := current(t)
 	root := testnet.RootCookie(t)
@@ -447,6 +452,7 @@ func TestGuardRefusesBeforeConnect(t *testing.T) {
 }
 
 func TestDialListen(t *testing.T) {
+	t.Parallel()
 	sbx := newNS(t, "dl")
 	l, err := sandbox.Listen(sbx, "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -512,6 +518,7 @@ func TestDialListen(t *testing.T) {
 // TestDialerResolver shows that a Dialer's lookups and dials leave from the
 // namespace: the fake DNS server and origin see the sandbox's address.
 func TestDialerResolver(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t)
 	d := &sandbox.Dialer{NS: topo.Sandbox, Timeout: 3 * time.Second}
 	d.Resolver = d.NewResolver(netip.AddrPortFrom(testnet.DNSAddr4, 53))
@@ -545,6 +552,7 @@ func TestDialerResolver(t *testing.T) {
 }
 
 func TestWire(t *testing.T) {
+	t.Parallel()
 	sbx, gw := newNS(t, "wsbx"), newNS(t, "wgw")
 	spec := sandbox.Veth{
 		Prefix: "egtst", Index: 3, SandboxNS: sbx, GatewayNS: gw,
@@ -698,6 +706,7 @@ func TestWire(t *testing.T) {
 }
 
 func TestLinkDelete(t *testing.T) {
+	t.Parallel()
 	sbx, gw := newNS(t, "ldsbx"), newNS(t, "ldgw")
 	link, err := sandbox.Wire(sandbox.Veth{Prefix: "egtst", SandboxNS: sbx, GatewayNS: gw, Pool4: netip.MustParsePrefix("198.51.100.0/30")})
 	if err != nil {
@@ -747,6 +756,7 @@ func resolvConfMounts(t *testing.T) string {
 }
 
 func TestNSExec(t *testing.T) {
+	t.Parallel()
 	sbx := newNS(t, "exec")
 	rc, err := sandbox.WriteResolvConf(t.TempDir(), netip.MustParseAddr("198.51.100.1"))
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 // and unix sockets still open. The filter runs in a child process: it
 // cannot be removed once installed.
 func TestDenyNonIP(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("EGRESSD_SECCOMP_CHILD") == "1" {
 		seccompChild()
 		return

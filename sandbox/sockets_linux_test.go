@@ -8,6 +8,7 @@ import (
 )
 
 func TestUnixSocketPaths(t *testing.T) {
+	t.Parallel()
 	const list = `Num       RefCount Protocol Flags    Type St Inode Path
 000000000011bdb5: 00000003 00000000 00000000 0001 03  1609
 0000000000000000: 00000002 00000000 00010000 0001 01 23456 /run/docker.sock

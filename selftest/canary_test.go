@@ -18,6 +18,7 @@ import (
 // TestCanaryLogNamesIdentity: the canary-log probe reports a leak naming
 // the identity whose canary token the canary server logged.
 func TestCanaryLogNamesIdentity(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, log string
 		status    Status
@@ -47,6 +48,7 @@ func TestCanaryLogNamesIdentity(t *testing.T) {
 // for the readiness exemption; the verdicts are those of UDP, and the
 // query never goes over UDP.
 func TestDNSCanaryOverTCP(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		rcode  int

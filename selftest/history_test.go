@@ -20,6 +20,7 @@ func historyReport(status Status, detail string) *Report {
 // text of '<' (six bytes each once JSON-escaped) is kept within the
 // record cap, and the leak it reports is kept with it.
 func TestHistoryRecordCapped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	big := strings.Repeat("<", 1<<20)
 	if err := AppendHistory(dir, HistoryLine{Source: "probe", Identity: "sb", Report: historyReport(Leak, big)}); err != nil {
@@ -45,6 +46,7 @@ func TestHistoryRecordCapped(t *testing.T) {
 // egressd wrote 5.8 MB ones), garbage and a truncated line are skipped and
 // counted; the runs after them, a leak among them, still show.
 func TestReadHistorySurvivesAnyLine(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), HistoryFile)
 	line := func(h HistoryLine) string {
 		b, err := json.Marshal(h)
@@ -78,6 +80,7 @@ func TestReadHistorySurvivesAnyLine(t *testing.T) {
 // ring of its newest records, leaks apart: one sandbox flooding the
 // history cannot push out another's records, nor its own leak.
 func TestHistoryRing(t *testing.T) {
+	t.Parallel()
 	old := maxHistoryBytes
 	maxHistoryBytes = 256 << 10
 	t.Cleanup(func() { maxHistoryBytes = old })

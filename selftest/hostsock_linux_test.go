@@ -24,6 +24,7 @@ import (
 // socket mounted into an agent's container: a way out the walls never
 // see) as a leak, and passes no socket and the sandbox's own daemon.
 func TestHostSocketProbe(t *testing.T) {
+	t.Parallel()
 	if path := os.Getenv("EGRESSD_HOSTSOCK_CHILD"); path != "" {
 		l, err := net.Listen("unix", path)
 		if err != nil {
@@ -94,6 +95,7 @@ func TestHostSocketProbe(t *testing.T) {
 // unfiltered case), and passes under egressd run's seccomp filter.
 // Nothing is sent.
 func TestVsockProbe(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("EGRESSD_VSOCK_CHILD") == "1" {
 		unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 		if err := sandbox.DenyNonIP(); err != nil {

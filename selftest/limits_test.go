@@ -58,6 +58,7 @@ func listen(t *testing.T) net.Listener {
 }
 
 func TestCheckpointProbes(t *testing.T) {
+	// Not parallel: its probes race egressd's 300 ms deadlines within the 1.5 s default, which other tests' load would blur.
 	mitm, err := ca.New()
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +158,7 @@ func (c *readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // applies the short deadline and then keeps the tunnel open is a leak,
 // judged at the deadline it claimed.
 func TestSilentTunnelAsked(t *testing.T) {
+	// Not parallel: it times the probe against the deadline it asked for, which other tests' load would blur.
 	mitm, err := ca.New()
 	if err != nil {
 		t.Fatal(err)

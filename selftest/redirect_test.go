@@ -15,6 +15,7 @@ import (
 // TestRedirected: a direct connection the walls redirected to egressd's
 // transparent listener passes only when egressd refuses what goes over it.
 func TestRedirected(t *testing.T) {
+	t.Parallel()
 	answer := func(resp string) func(net.Conn) {
 		return func(c net.Conn) {
 			http.ReadRequest(bufio.NewReader(c))
@@ -58,6 +59,7 @@ func TestRedirected(t *testing.T) {
 // a leak: interception where no decision is possible looks open to any
 // probe a user writes (egressd used to redirect every destination).
 func TestRedirectedOnlyAllowable(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

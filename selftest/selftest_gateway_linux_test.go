@@ -20,6 +20,7 @@ import (
 	"github.com/egressd/egressd/ca"
 	"github.com/egressd/egressd/dnsfilter"
 	"github.com/egressd/egressd/internal/testnet"
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 	"github.com/egressd/egressd/proxy"
 	"github.com/egressd/egressd/sandbox"
@@ -47,6 +48,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	testutil.WaitingParallel(8)
 	code := m.Run()
 	testnet.ReportRootTests("selftest")
 	os.Exit(code)

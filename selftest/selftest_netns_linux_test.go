@@ -15,12 +15,10 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
-	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -264,6 +262,7 @@ func table(rep *selftest.Report) string {
 // probe passes, the positive controls reach the origin, and the run fits
 // the 2 s goal.
 func TestSealed(t *testing.T) {
+	// Not parallel: it holds the run to the 2 s goal, which other tests' load would blur.
 	l := newLab(t)
 	c := l.config(0) // the default 1.5 s
 	before := l.topo.TLS.Hits() + l.topo.Origin.Hits()
@@ -292,12 +291,17 @@ type hole struct {
 	check func(t *testing.T, l *lab)                     // optional: the hole was real
 }
 
-// TestNegativeControls opens each hole in turn and checks that the run
-// reports it, by name, and nothing else. Every probe of the catalog is
-// named by at least one hole (checked at the end).
+// TestNegativeControls opens each hole, in a lab of its own, and checks
+// that the run reports it, by name, and nothing else. Every probe of the
+// catalog is named by at least one hole (checked at the end).
 func TestNegativeControls(t *testing.T) {
+	t.Parallel()
 	l := newLab(t)
-	base := l.config(time.Second)
+	// A leak is found by its answer (a connect, a reply, content), and a
+	// sealed probe by silence or egressd's refusal: a timeout longer than
+	// the default only gives a loaded machine's answers time to come.
+	const timeout = 3 * time.Second
+	base := l.config(timeout)
 	var holes []hole
 	o4, o6 := testnet.OriginAddr4, testnet.OriginAddr6
 	for _, ap := range base.TCP {
@@ -369,31 +373,39 @@ func TestNegativeControls(t *testing.T) {
 			}},
 	)
 
+	var mu sync.Mutex
 	named := map[string]bool{}
-	for _, h := range holes {
-		t.Run(h.name, func(t *testing.T) {
-			c := base
-			h.open(t, l, &c)
-			rep := run(t, c)
-			got := ids(rep.Failures())
-			want := slices.Sorted(slices.Values(h.want))
-			if !slices.Equal(got, want) {
-				t.Errorf("failures: got %q, want %q\n%s", got, want, table(rep))
-			}
-			if u := rep.Unfinished(); len(u) > 0 {
-				t.Errorf("probes that did not finish: %q\n%s", ids(u), table(rep))
-			}
-			if rep.Sealed() {
-				t.Errorf("got sealed with a hole open")
-			}
-			if h.check != nil {
-				h.check(t, l)
-			}
-			for _, id := range got {
-				named[id] = true
-			}
-		})
-	}
+	// The group returns once every hole's parallel subtest is done.
+	t.Run("holes", func(t *testing.T) {
+		for _, h := range holes {
+			t.Run(h.name, func(t *testing.T) {
+				t.Parallel()
+				l := newLab(t)
+				c := l.config(timeout)
+				h.open(t, l, &c)
+				rep := run(t, c)
+				got := ids(rep.Failures())
+				want := slices.Sorted(slices.Values(h.want))
+				if !slices.Equal(got, want) {
+					t.Errorf("failures: got %q, want %q\n%s", got, want, table(rep))
+				}
+				if u := rep.Unfinished(); len(u) > 0 {
+					t.Errorf("probes that did not finish: %q\n%s", ids(u), table(rep))
+				}
+				if rep.Sealed() {
+					t.Errorf("got sealed with a hole open")
+				}
+				if h.check != nil {
+					h.check(t, l)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, id := range got {
+					named[id] = true
+				}
+			})
+		}
+	})
 	for _, r := range run(t, base).Results {
 		if !named[r.ID] {
 			t.Errorf("probe %s has no negative control that made it fail", r.ID)
@@ -406,7 +418,7 @@ func TestNegativeControls(t *testing.T) {
 func nftHole(id string, proto byte, dst netip.AddrPort) hole {
 	return hole{name: id, want: []string{id}, open: func(t *testing.T, l *lab, _ *selftest.Config) {
 		t.Cleanup(func() { l.walls(t) })
-		insertAccept(t, l.topo.Gateway.Fd(), l.spec.TableName(), proto, dst)
+		testnet.InsertAccept(t, l.topo.Gateway.Fd(), l.spec.TableName(), proto, dst)
 	}}
 }
 
@@ -431,39 +443,6 @@ func metadataReached(t *testing.T, l *lab) {
 		t.Errorf("the relay never reached the metadata server: the hole was not real")
 	}
 	l.topo.Metadata.Reset()
-}
-
-// insertAccept inserts "<family> daddr A <proto> [dport P] accept" at the
-// top of the sandbox forward chain.
-func insertAccept(t *testing.T, ns int, table string, proto byte, dst netip.AddrPort) {
-	t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fam, off, l4 := byte(unix.NFPROTO_IPV4), uint32(16), uint32(4)
-	if dst.Addr().Is6() {
-		fam, off, l4 = unix.NFPROTO_IPV6, 24, 16
-	}
-	exprs := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: l4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.Addr().AsSlice()},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-	}
-	if dst.Port() != 0 {
-		exprs = append(exprs,
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(dst.Port())})
-	}
-	exprs = append(exprs, &expr.Verdict{Kind: expr.VerdictAccept})
-	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: table}
-	c.InsertRule(&nftables.Rule{Table: tbl, Chain: &nftables.Chain{Name: "sbx_fwd", Table: tbl}, Exprs: exprs})
-	if err := c.Flush(); err != nil {
-		t.Fatalf("insert accept for %d %s: %v", proto, dst, err)
-	}
 }
 
 // useRelay starts the leaky relay in the gateway and points the probes'

@@ -22,6 +22,7 @@ import (
 // TestImportsNothingOfOurs: selftest probes like an attacker, over the
 // network only, so it can check a sandbox egressd did not build.
 func TestImportsNothingOfOurs(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +46,7 @@ func TestImportsNothingOfOurs(t *testing.T) {
 // TestMetadataSpellings: every spelling is read by egressd's own parser as
 // the address it spells, so the probes ask about the right target.
 func TestMetadataSpellings(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		addr string
@@ -73,6 +75,7 @@ func TestMetadataSpellings(t *testing.T) {
 }
 
 func TestRefusal(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		resp   response
@@ -101,6 +104,7 @@ func TestRefusal(t *testing.T) {
 }
 
 func TestOutcome(t *testing.T) {
+	t.Parallel()
 	r := func(ss ...Status) *Report {
 		rep := &Report{}
 		for i, s := range ss {
@@ -134,6 +138,7 @@ func TestOutcome(t *testing.T) {
 }
 
 func TestReportJSONAndTable(t *testing.T) {
+	t.Parallel()
 	rep := &Report{Start: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Duration: 1500 * time.Millisecond, Results: []Result{
 		{ID: "tcp/203.0.113.1:443", Route: "direct tcp", Target: "203.0.113.1:443", Expected: expNoConn, Status: Pass, Result: "blocked (no answer)", Duration: time.Second},
 		{ID: "http-canary", Route: "proxy http", Target: "http://canary.example/", Expected: expRefused, Status: Leak, Leak: true, Result: "200 from beyond egressd", Detail: "went through"},
@@ -176,6 +181,7 @@ func wall(ctx context.Context, _, _ string) (net.Conn, error) {
 // needed): open targets leak, a wall passes, and missing hooks or
 // SkipDirect report not run, never pass.
 func TestDirectProbesLoopback(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -257,6 +263,7 @@ func TestDirectProbesLoopback(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	_, err := Run(context.Background(), Config{CanaryURL: "ftp://x/", Refused: []Request{{ID: "a", URL: "http://x/"}, {ID: "a", URL: "http://x/"}}})
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("got %v, want ErrConfig", err)

@@ -90,6 +90,7 @@ func textResult(isErr bool, s string) *mcp.CallToolResult {
 // positive control passes through both. A tool server that is not there
 // is an error, never a pass.
 func TestToolServerProbes(t *testing.T) {
+	t.Parallel()
 	net := newFakeInternet(t)
 	expect := net.srv.URL + "/ok"
 	careless := toolServer(t, func(ctx context.Context, u string) *mcp.CallToolResult {

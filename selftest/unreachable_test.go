@@ -56,6 +56,7 @@ func connectAnswer(t *testing.T, connect string) netip.AddrPort {
 // failed positive control stays control-failed. Before, the write probes
 // were LEAK and the tunnel probes error.
 func TestUpstreamOutageIsNoLeak(t *testing.T) {
+	t.Parallel()
 	var d net.Dialer
 	c := Config{
 		Proxy: outageProxy(t),
@@ -128,6 +129,7 @@ func TestUpstreamOutageIsNoLeak(t *testing.T) {
 // refusal (rule, host, address class), not a leak ("refused as
 // special-address, not mirror") and not an error.
 func TestNeverAllowsIsNoLeak(t *testing.T) {
+	t.Parallel()
 	const body = "egressd: denied: special-address (rule corp): registry.corp.example resolved to 10.1.2.3 (private)\n"
 	proxy := connectAnswer(t, fmt.Sprintf("HTTP/1.1 403 Forbidden\r\nX-Egressd-Deny: special-address\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body))
 	var d net.Dialer

@@ -64,6 +64,7 @@ func writeTunnelLog(t *testing.T) string {
 }
 
 func TestAuditVerifyCommand(t *testing.T) {
+	t.Parallel()
 	clean, lines := writeAuditLog(t)
 	dir := t.TempDir()
 	write := func(name string, ls ...[]byte) string {
@@ -107,6 +108,7 @@ func TestAuditVerifyCommand(t *testing.T) {
 // log") and checks that the proxy's real decision lines land in a log that
 // verifies, with the anchors on stderr.
 func TestAuditSinkWithDaemon(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	sink, err := audit.Open(path)
 	if err != nil {
@@ -203,6 +205,7 @@ func (s *syncBuffer) String() string {
 // consistent rewrite (content changed, every seq and prev recomputed) that
 // passes audit verify without the key and fails with it.
 func TestAuditSignedCommand(t *testing.T) {
+	t.Parallel()
 	keys := filepath.Join(t.TempDir(), "keys")
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"audit", "keygen", "--out", keys}, &stdout, &stderr); code != exitOK {

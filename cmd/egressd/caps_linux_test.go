@@ -43,6 +43,7 @@ func unitBoundingSet(t *testing.T, drop string) string {
 // CAP_SYS_ADMIN (the unit as it was) it cannot build its probe namespace,
 // without CAP_NET_RAW it cannot send the ICMP probes, and /readyz stays 503.
 func TestServeUnderUnitCapabilities(t *testing.T) {
+	t.Parallel()
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Skip("setpriv not installed")
@@ -60,6 +61,7 @@ func TestServeUnderUnitCapabilities(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			l := newSTLab(t)
 			// /proc/sys read-only, as ProtectKernelTunables=yes makes it (in
 			// the private mount namespace nsexec gives the command), then

@@ -66,6 +66,7 @@ allow:
 // reads allowed, every write form the product has and its non-repository
 // paths denied (issue 23).
 func TestCheckMirrorProducts(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "egressd.yaml")
 	if err := os.WriteFile(cfg, []byte(productsConfig), 0o600); err != nil {
 		t.Fatal(err)

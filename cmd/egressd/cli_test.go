@@ -14,6 +14,7 @@ import (
 // TestHelpListsEveryFlag: `egressd CMD --help` exits 0 and lists every
 // flag the command defines.
 func TestHelpListsEveryFlag(t *testing.T) {
+	// Not parallel: it sets flagSetMade, a package-level hook every run() reads.
 	var names []string
 	for name := range commands {
 		names = append(names, name)
@@ -49,6 +50,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 
 // TestVersion: `egressd version` and `--version` print the build.
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	for _, arg := range []string{"version", "--version"} {
 		code, out, _ := runCmd(arg)
 		if code != exitOK || !strings.HasPrefix(out, "egressd ") || !strings.Contains(out, "revision") || !strings.Contains(out, "go1.") {
@@ -60,6 +62,7 @@ func TestVersion(t *testing.T) {
 // TestCheckBareHost: a host without a port or scheme is a usage error
 // (exit 2) that says what is wanted, not a deny.
 func TestCheckBareHost(t *testing.T) {
+	t.Parallel()
 	for _, target := range []string{"pypi.org", "example.com", "2001:db8::1"} {
 		code, out, errs := runCmd("check", target)
 		if code != exitUsage || !strings.Contains(errs, "want a URL or host:port") || out != "" {
@@ -74,6 +77,7 @@ func TestCheckBareHost(t *testing.T) {
 // TestCAExportNeverMints: `ca export` with a state directory that holds no
 // CA fails and creates nothing; with serve's CA it prints that CA.
 func TestCAExportNeverMints(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	code, out, errs := runCmd("ca", "export", "--state-dir", dir)
 	if code != exitUsage || out != "" || !strings.Contains(errs, "no CA in") {
@@ -94,6 +98,7 @@ func TestCAExportNeverMints(t *testing.T) {
 // TestValidateWarns: validate accepts a config without a positive control
 // or a canary (exit 0) and warns about both on stderr.
 func TestValidateWarns(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(cfg, []byte("version: 1\nallow:\n  - hosts: [a.example]\n"), 0o644)
 	code, out, errs := runCmd("validate", "--offline", cfg)

@@ -197,6 +197,7 @@ func readPayloads(t testing.TB) []string {
 // decision and high-risk flag check gives the same target. It logs the
 // figures the README quotes.
 func TestSSRFPayloadsDecided(t *testing.T) {
+	t.Parallel()
 	lp := newLiveProxy(t)
 	var sent, decided, highRisk, agreed int
 	for _, target := range readPayloads(t) {
@@ -265,6 +266,7 @@ func FuzzProxyVsCheck(f *testing.F) {
 // answers, and the answer carries X-Egressd-Deny unless it is the
 // origin's.
 func TestSmugglingHeadsDecided(t *testing.T) {
+	t.Parallel()
 	lp := newLiveProxy(t)
 	u := "http://127.0.0.1:" + lp.port + "/"
 	host := "Host: 127.0.0.1:" + lp.port + "\r\n"

@@ -11,6 +11,7 @@ import (
 )
 
 func TestHealthcheckCommand(t *testing.T) {
+	// Not parallel: t.Setenv(HTTP_PROXY): the in-process healthcheck must ignore this process's environment.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/readyz":

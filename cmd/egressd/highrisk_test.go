@@ -52,6 +52,7 @@ func defaultWithLocalTargets(t *testing.T, proxyAddr, hook string) string {
 // egressd-selftest; one real high-risk attempt by a client adds 1 and
 // posts the alert webhook once.
 func TestScheduledSelftestIsNotHighRisk(t *testing.T) {
+	// Not parallel: its in-process self-test marks its 127.0.0.1 ports as probes in the process-wide probens.Conns for 30 s.
 	var mu sync.Mutex
 	var posts []map[string]any
 	posted := make(chan struct{}, 16)

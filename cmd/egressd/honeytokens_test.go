@@ -13,6 +13,7 @@ import (
 // to the store serve watches, and with --home writes the well-known
 // credential files, never over existing ones.
 func TestHoneytokensIssue(t *testing.T) {
+	t.Parallel()
 	state, home := t.TempDir(), filepath.Join(t.TempDir(), "home")
 	code, out, errs := runCmd("honeytokens", "issue", "--identity", "pod-7", "--state-dir", state, "--home", home)
 	if code != exitOK {

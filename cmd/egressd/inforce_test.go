@@ -17,6 +17,7 @@ import (
 // holds a policy that never passed), `egressd report` shows the verified
 // policy's rules and says the file differs, rather than the file's.
 func TestReportShowsPolicyInForce(t *testing.T) {
+	// Not parallel: it swaps showWalls, a package-level var every report reads.
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	cfg := filepath.Join(dir, "egressd.yaml")

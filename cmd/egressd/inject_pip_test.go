@@ -105,6 +105,7 @@ func loopbackDNS(t *testing.T) string {
 // output. Negative control: the same install as an identity the rule does
 // not name fails.
 func TestInjectPipInstall(t *testing.T) {
+	t.Parallel()
 	pip, err := exec.LookPath("pip3")
 	if err != nil {
 		t.Skip("pip3 not installed")

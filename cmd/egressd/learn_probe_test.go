@@ -22,6 +22,7 @@ const probeOnlyLog = `{"msg":"decision","identity":"egressd-selftest","method":"
 // pasting the first turns the canary probe into a real leak); the agent's
 // own lines beside them still count, and --with-probes reads them all.
 func TestLearningSkipsProbeTraffic(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	log := filepath.Join(dir, "decisions.jsonl")
 	os.WriteFile(log, []byte(probeOnlyLog), 0o600)

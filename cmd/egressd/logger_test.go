@@ -10,6 +10,7 @@ import (
 // TestLoggerDurations: a duration in egressd's JSON log lines reads as
 // one ("1.5s"), not as raw nanoseconds (1500000000).
 func TestLoggerDurations(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	log, err := newLogger(&b, "info")
 	if err != nil {

@@ -17,6 +17,7 @@ func runCmd(args ...string) (int, string, string) {
 }
 
 func TestCheckContract(t *testing.T) {
+	t.Parallel()
 	code, out, _ := runCmd("check", "--json", "http://0xA9FEA9FE/latest/meta-data/")
 	var res map[string]any
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
@@ -48,6 +49,7 @@ func TestCheckContract(t *testing.T) {
 }
 
 func TestValidateContract(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("version: 1\nallow:\n  - hosts: [\"*.com\"]\n    bogus: 1\n"), 0o600)
@@ -64,6 +66,7 @@ func TestValidateContract(t *testing.T) {
 }
 
 func TestCheckIdentity(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	if err := os.WriteFile(cfg, []byte(`version: 1
 identities:
@@ -95,6 +98,7 @@ allow:
 }
 
 func TestInitValidates(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "egressd.yaml")
 	if code, _, errs := runCmd("init", "--preset", "pypi,crates,github-read,docs,npm=npm.internal.example", "--sandbox", "kubernetes", "--out", out); code != exitOK {
 		t.Fatalf("init: exit %d %s", code, errs)
@@ -111,6 +115,7 @@ func TestInitValidates(t *testing.T) {
 }
 
 func TestSuggestReplayCommands(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	log := filepath.Join(dir, "decisions.jsonl")
 	os.WriteFile(log, []byte(`{"msg":"decision","identity":"10.0.0.2","method":"GET","host":"wiki.internal.example","port":80,"path":"/howto","page_type":"read","decision":"deny","reason":"no-rule"}
@@ -146,6 +151,7 @@ func TestSuggestReplayCommands(t *testing.T) {
 // TestCheckInjectNeverShowsSecret: check reports that a rule injects a
 // credential, never the credential or its file's content.
 func TestCheckInjectNeverShowsSecret(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	secret := filepath.Join(dir, "token")
 	os.WriteFile(secret, []byte("chk-tok-31337\n"), 0o600)

@@ -15,6 +15,7 @@ import (
 // the write probes on that rule were LEAK (502 upstream-unreachable) and
 // serve never got ready.
 func TestServeUpstreamOutageReady(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	l.writeConfig(t, "  - name: gone\n    hosts: [gone.test]\n    pages: [read]\n  - name: gonepypi\n    hosts: [gone-pypi.test]\n    mirror: pypi")
 	l.until = `"trigger":"boot"` // the boot self-test's verdict line

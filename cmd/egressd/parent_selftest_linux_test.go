@@ -93,6 +93,7 @@ func (pp *portParent) targets() []string {
 // rule; the self-test derives an http control from the rule and fails,
 // naming it, and passes once the parent allows 80.
 func TestSelftestParentPorts(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	pp := l.startParent(t, "443")
 	b, err := os.ReadFile(l.cfg)

@@ -27,6 +27,7 @@ import (
 // flips it back to 0. The untestable and never-allows classifications
 // must not swallow a real hole.
 func TestProbeHoleFlips(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	l.startServe(t)
 	// the sandbox trusts the origin's CA and egressd's (inspected rules)

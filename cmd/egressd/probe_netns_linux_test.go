@@ -38,6 +38,7 @@ import (
 // identity in /metrics, the history and the report. The probes' own
 // metadata requests add nothing to egressd_high_risk_total.
 func TestInSandboxProbe(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	f, err := os.OpenFile(l.cfg, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 // TestProbesCommand: `egressd probes` speaks the admin endpoint's
 // incident API (list, acknowledge) and reports its answer and status.
 func TestProbesCommand(t *testing.T) {
+	t.Parallel()
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Method+" "+r.URL.EscapedPath())

@@ -27,6 +27,7 @@ import (
 // not a check: it runs only with EGRESSD_MEASURE=1 (EGRESSD_BIN=old
 // binary measures the "before").
 func TestProofFigures(t *testing.T) {
+	// Not parallel: a measurement: figures taken beside other tests would mislead.
 	if os.Getenv("EGRESSD_MEASURE") == "" {
 		t.Skip("a measurement: set EGRESSD_MEASURE=1")
 	}

@@ -20,6 +20,7 @@ import (
 // README says it prints — its comment lines are the expected output, up to
 // a trailing "…".
 func TestReadmeQuickStart(t *testing.T) {
+	t.Parallel()
 	testnet.RequireRoot(t)
 	for _, tool := range []string{"curl", "unshare", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {

@@ -11,6 +11,7 @@ import (
 // TestReadmeCommandTableFlags: the README's command table names every
 // flag of every command it lists (run --log-level was missing).
 func TestReadmeCommandTableFlags(t *testing.T) {
+	// Not parallel: it sets flagSetMade, a package-level hook every run() reads.
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

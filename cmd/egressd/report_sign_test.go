@@ -23,6 +23,7 @@ import (
 // tampered pack, a tampered signature file, another key and an audit log
 // rewritten after the cut.
 func TestReportSigned(t *testing.T) {
+	// Not parallel: it swaps showWalls, a package-level var every report reads.
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys")
 	if _, err := audit.GenerateKey(keys); err != nil {
@@ -121,6 +122,7 @@ func TestReportSigned(t *testing.T) {
 // the honeytoken hits per identity from decision and DNS lines (alert
 // lines repeat them and are not counted).
 func TestReportHoneytokens(t *testing.T) {
+	// Not parallel: it swaps showWalls, a package-level var every report reads.
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "egressd.yaml")
 	os.WriteFile(cfg, []byte(reportConfig), 0o600)

@@ -39,6 +39,7 @@ not json at all
 `
 
 func TestReport(t *testing.T) {
+	// Not parallel: it swaps showWalls, a package-level var every report reads.
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "egressd.yaml")
 	logFile := filepath.Join(dir, "serve.log")
@@ -127,6 +128,7 @@ func TestReport(t *testing.T) {
 }
 
 func TestReportNoHistory(t *testing.T) {
+	// Not parallel: it swaps showWalls, a package-level var every report reads.
 	old := showWalls
 	showWalls = func() (string, error) { return "", errors.New("none") }
 	defer func() { showWalls = old }()

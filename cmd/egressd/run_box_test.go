@@ -55,6 +55,7 @@ func openRedirectHole(t *testing.T, l *runLab, port, proxyPort uint16) {
 // name. A hole: CMD does not run, exit 3, the probe that found it named.
 // --no-probe: CMD runs, with a warning.
 func TestRunProbe(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	out, code := l.run(t, nil, "sh", "-c", "echo CMD-RAN")
 	if code != 0 || !strings.Contains(out, "CMD-RAN") {
@@ -102,9 +103,9 @@ for host in ("127.0.0.1", "localhost"):
 // (transparent mode); the host environment passes, with a warning for
 // credential-looking variables, or not at all with --clean-env.
 func TestRunEnvironment(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
-	t.Setenv("MY_API_TOKEN", "egressd-test-secret")
-	t.Setenv("EGRESSD_TEST_PLAIN", "plain")
+	l.env = []string{"MY_API_TOKEN=egressd-test-secret", "EGRESSD_TEST_PLAIN=plain"}
 
 	out, code := l.run(t, nil, "/usr/bin/python3", "-c", loopbackScript)
 	for _, host := range []string{"127.0.0.1", "localhost"} {
@@ -136,6 +137,7 @@ func TestRunEnvironment(t *testing.T) {
 // TestRunSummary: decision lines go to --log, not into CMD's terminal; at
 // exit one summary names the denied hosts and their reasons.
 func TestRunSummary(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	logFile := filepath.Join(l.dir, "decisions.log")
 	flags := []string{"--log", logFile}
@@ -163,6 +165,7 @@ func TestRunSummary(t *testing.T) {
 // init (CMD's trap runs and its exit code comes back), and CMD's
 // background children end with it.
 func TestRunInterrupt(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	token := nonceSeconds()
 	cmd := l.command(append(l.runArgs(), "--", "bash", "-c", `trap 'echo GOT-INT; exit 5' INT; sleep `+token+` & echo up; wait`)...)

@@ -95,6 +95,7 @@ func requireCgroup2(t *testing.T) {
 // sandbox (a background child included) are in the run's own cgroup,
 // egressd itself is not, and the cgroup is gone after the run.
 func TestRunCgroup(t *testing.T) {
+	t.Parallel()
 	requireCgroup2(t)
 	l := newRunLab(t, runConfig)
 	token := nonceSeconds()

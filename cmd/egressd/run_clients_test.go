@@ -216,7 +216,7 @@ allow:
     cidrs: [203.0.113.0/24]
     mirror: git
 selftest:
-  timeout: 1s
+  timeout: 3s
   tcp: [203.0.113.100:8080]
   udp: [203.0.113.100:123]
   ipv6: ["[2001:db8:2::100]:8080"]
@@ -232,67 +232,81 @@ selftest:
 // registry. twine is not installed here: its upload is sent as the same
 // multipart POST to /legacy/ with curl.
 func TestRunRealClients(t *testing.T) {
+	t.Parallel()
 	for _, bin := range []string{"npm", "git", "go", "/usr/bin/python3"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s is needed", bin)
 		}
 	}
-	dir := t.TempDir()
-	reg := newRegistries(t, dir)
-	origin := []netip.Addr{testnet.OriginAddr4}
-	topo := testnet.New(t, testnet.WithOriginHandler(reg), testnet.WithRecords(map[string][]netip.Addr{
-		"pypi.test": origin, "npm.test": origin, "goproxy.test": origin, "git.test": origin}))
-	l := labOn(t, topo, clientsConfig)
-	home := filepath.Join(l.dir, "home")
-	os.Mkdir(home, 0o777)
-	os.Chmod(home, 0o777)
-	t.Setenv("HOME", home)
-	logFile := filepath.Join(l.dir, "decisions.log")
-	flags := []string{"--log", logFile}
-	if os.Getenv("EGRESSD_BIN") != "" {
-		flags = nil // an older build: no --log
+	type step struct{ name, script string }
+	type publish struct{ name, script, host, method string }
+	goGet := func(gopath, version string) string {
+		return `export GOPROXY=https://goproxy.test GOSUMDB=off GOTOOLCHAIN=local GOPATH="$HOME/` + gopath + `" GOCACHE="$HOME/` + gopath + `-cache" GOFLAGS=-modcacherw && go mod download -json ` + goMod + `@` + version + ` && test -f "$HOME/` + gopath + `/pkg/mod/` + goMod + `@` + goVer + `/eg.go"`
 	}
-
-	steps := []struct{ name, script string }{
-		{"pip install", `/usr/bin/python3 -m pip install --no-cache-dir --disable-pip-version-check --target "$HOME/py" --index-url https://pypi.test/simple/ egtest && test -f "$HOME/py/egtest/__init__.py"`},
-		{"npm install", `mkdir -p "$HOME/npmproj" && cd "$HOME/npmproj" && echo '{"name":"proj","version":"1.0.0"}' > package.json && npm install --no-audit --no-fund --no-update-notifier --registry https://npm.test/ egtest && test -f node_modules/egtest/index.js`},
-		{"go mod download", `export GOPROXY=https://goproxy.test GOSUMDB=off GOTOOLCHAIN=local GOPATH="$HOME/go" GOCACHE="$HOME/gocache" GOFLAGS=-modcacherw && go mod download -json ` + goMod + `@` + goVer + ` && test -f "$HOME/go/pkg/mod/` + goMod + `@` + goVer + `/eg.go"`},
-		{"go mod download @commit", `export GOPROXY=https://goproxy.test GOSUMDB=off GOTOOLCHAIN=local GOPATH="$HOME/go2" GOCACHE="$HOME/gocache2" GOFLAGS=-modcacherw && go mod download -json ` + goMod + `@` + goCommit + ` && test -f "$HOME/go2/pkg/mod/` + goMod + `@` + goVer + `/eg.go"`},
-		{"git clone", `git clone -q https://git.test/repo.git "$HOME/repo" && git -C "$HOME/repo" log --oneline | grep -q one`},
-	}
-	for _, s := range steps {
-		out, code := l.run(t, flags, "sh", "-c", s.script)
-		if code != 0 {
-			t.Errorf("%s inside egressd run: exit %d\n%s", s.name, code, out)
-		}
-	}
-	if w := reg.writes(); len(w) > 0 {
-		t.Fatalf("the registries saw writes during the downloads: %v", w)
-	}
-
-	publishes := []struct{ name, script, host, method string }{
-		{"pypi upload (twine's POST, sent with curl)", `printf 'x' > "$HOME/f.whl"; curl -sS -o /dev/null -D - -F ':action=file_upload' -F 'protocol_version=1' -F 'name=egtest' -F 'version=0.2' -F 'content=@'"$HOME"'/f.whl' https://pypi.test/legacy/`, "pypi.test", "POST"},
-		{"npm publish", `mkdir -p "$HOME/pub" && cd "$HOME/pub" && echo '{"name":"egtest","version":"9.9.9"}' > package.json && echo '//npm.test/:_authToken=egressd-test-fake' > .npmrc && npm publish --registry https://npm.test/ --no-update-notifier`, "npm.test", "PUT"},
-		{"git push", `cd "$HOME/repo" && git -c user.name=t -c user.email=t@example.test commit -q --allow-empty -m two && git push -q origin HEAD:main`, "git.test", "GET"},
-	}
-	for _, p := range publishes {
-		out, code := l.run(t, flags, "sh", "-c", p.script)
-		t.Logf("%s: exit %d\n%s", p.name, code, out)
-		if p.host == "pypi.test" && (!strings.Contains(out, "403") || !strings.Contains(out, "X-Egressd-Deny: mirror")) {
-			t.Errorf("%s: want 403 mirror\n%s", p.name, out)
-		}
-		b, _ := os.ReadFile(logFile)
-		if !deniedMirror(string(b), p.host, p.method) {
-			t.Errorf("%s: no 403 mirror decision for %s %s in the log\n%s", p.name, p.method, p.host, out)
-		}
-	}
-	if w := reg.writes(); len(w) > 0 {
-		t.Errorf("a publish reached the registry: %v", w)
-	}
-	for _, s := range reg.seen {
-		if strings.Contains(s, "receive-pack") {
-			t.Errorf("git push reached the server: %s", s)
-		}
+	// Each client runs in a lab of its own, in parallel: one run after
+	// another in one lab made this the package's longest test.
+	for _, c := range []struct {
+		name      string
+		downloads []step
+		publishes []publish // after the downloads, in the same lab
+	}{
+		{name: "pip",
+			downloads: []step{{"pip install", `/usr/bin/python3 -m pip install --no-cache-dir --disable-pip-version-check --target "$HOME/py" --index-url https://pypi.test/simple/ egtest && test -f "$HOME/py/egtest/__init__.py"`}},
+			publishes: []publish{{"pypi upload (twine's POST, sent with curl)", `printf 'x' > "$HOME/f.whl"; curl -sS -o /dev/null -D - -F ':action=file_upload' -F 'protocol_version=1' -F 'name=egtest' -F 'version=0.2' -F 'content=@'"$HOME"'/f.whl' https://pypi.test/legacy/`, "pypi.test", "POST"}}},
+		{name: "npm",
+			downloads: []step{{"npm install", `mkdir -p "$HOME/npmproj" && cd "$HOME/npmproj" && echo '{"name":"proj","version":"1.0.0"}' > package.json && npm install --no-audit --no-fund --no-update-notifier --registry https://npm.test/ egtest && test -f node_modules/egtest/index.js`}},
+			publishes: []publish{{"npm publish", `mkdir -p "$HOME/pub" && cd "$HOME/pub" && echo '{"name":"egtest","version":"9.9.9"}' > package.json && echo '//npm.test/:_authToken=egressd-test-fake' > .npmrc && npm publish --registry https://npm.test/ --no-update-notifier`, "npm.test", "PUT"}}},
+		{name: "go",
+			downloads: []step{{"go mod download", goGet("go", goVer)}, {"go mod download @commit", goGet("go2", goCommit)}}},
+		{name: "git",
+			downloads: []step{{"git clone", `git clone -q https://git.test/repo.git "$HOME/repo" && git -C "$HOME/repo" log --oneline | grep -q one`}},
+			publishes: []publish{{"git push", `cd "$HOME/repo" && git -c user.name=t -c user.email=t@example.test commit -q --allow-empty -m two && git push -q origin HEAD:main`, "git.test", "GET"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			reg := newRegistries(t, t.TempDir())
+			origin := []netip.Addr{testnet.OriginAddr4}
+			topo := testnet.New(t, testnet.WithOriginHandler(reg), testnet.WithRecords(map[string][]netip.Addr{
+				"pypi.test": origin, "npm.test": origin, "goproxy.test": origin, "git.test": origin}))
+			l := labOn(t, topo, clientsConfig)
+			home := filepath.Join(l.dir, "home")
+			os.Mkdir(home, 0o777)
+			os.Chmod(home, 0o777)
+			l.env = []string{"HOME=" + home}
+			logFile := filepath.Join(l.dir, "decisions.log")
+			flags := []string{"--log", logFile}
+			if os.Getenv("EGRESSD_BIN") != "" {
+				flags = nil // an older build: no --log
+			}
+			for _, s := range c.downloads {
+				out, code := l.run(t, flags, "sh", "-c", s.script)
+				if code != 0 {
+					t.Errorf("%s inside egressd run: exit %d\n%s", s.name, code, out)
+				}
+			}
+			if w := reg.writes(); len(w) > 0 {
+				t.Fatalf("the registries saw writes during the downloads: %v", w)
+			}
+			for _, p := range c.publishes {
+				out, code := l.run(t, flags, "sh", "-c", p.script)
+				t.Logf("%s: exit %d\n%s", p.name, code, out)
+				if p.host == "pypi.test" && (!strings.Contains(out, "403") || !strings.Contains(out, "X-Egressd-Deny: mirror")) {
+					t.Errorf("%s: want 403 mirror\n%s", p.name, out)
+				}
+				b, _ := os.ReadFile(logFile)
+				if !deniedMirror(string(b), p.host, p.method) {
+					t.Errorf("%s: no 403 mirror decision for %s %s in the log\n%s", p.name, p.method, p.host, out)
+				}
+			}
+			if w := reg.writes(); len(w) > 0 {
+				t.Errorf("a publish reached the registry: %v", w)
+			}
+			for _, s := range reg.seen {
+				if strings.Contains(s, "receive-pack") {
+					t.Errorf("git push reached the server: %s", s)
+				}
+			}
+		})
 	}
 }
 

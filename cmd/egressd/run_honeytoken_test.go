@@ -55,6 +55,7 @@ curl -sS -m 10 -D - -o /dev/null -H "X-Amz-Date: 20261201T000000Z" -H "Authoriza
 // refused and alerted, while the same request without it passes; curl
 // with a signed-looking Authorization header shows the refusal reason.
 func TestRunHoneytokens(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t, testnet.WithRecords(map[string][]netip.Addr{
 		"allowed.test": {testnet.OriginAddr4}, "jira.test": {testnet.OriginAddr4}, "x.wild.test": {testnet.OriginAddr4},
 		"egressd-selftest.wild.test": {testnet.OriginAddr4}, // the self-test's probe name under the wildcard

@@ -29,7 +29,7 @@ allow:
     cidrs: [203.0.113.0/24]
     mirror: pypi
 {INJECT}selftest:
-  timeout: 1s
+  timeout: 3s
   tcp: [203.0.113.100:8080]
   udp: [203.0.113.100:123]
   ipv6: ["[2001:db8:2::100]:8080"]
@@ -48,6 +48,7 @@ allow:
 // report, the state dir. Negative control: the same run without the
 // inject block fails with the index's 401.
 func TestRunInjectPipInstall(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
 		t.Fatal("/usr/bin/python3 is needed")
 	}
@@ -70,14 +71,14 @@ func TestRunInjectPipInstall(t *testing.T) {
 	if err := os.WriteFile(secret, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("REGISTRY_TOKEN", token) // in egressd's environment; --clean-env must drop it
 
 	install := func(inject string) (l *runLab, logFile, out string, code int) {
 		l = labOn(t, topo, strings.ReplaceAll(runInjectConfig, "{INJECT}", inject))
 		home := filepath.Join(l.dir, "home")
 		os.Mkdir(home, 0o777)
 		os.Chmod(home, 0o777)
-		t.Setenv("HOME", home)
+		// REGISTRY_TOKEN is in egressd's environment: --clean-env must drop it
+		l.env = []string{"HOME=" + home, "REGISTRY_TOKEN=" + token}
 		logFile = filepath.Join(l.dir, "run.jsonl")
 		script := `env; echo "REGISTRY_TOKEN=[$REGISTRY_TOKEN]"; cat ` + secret + ` 2>&1; ` +
 			`/usr/bin/python3 -m pip install --isolated --no-input --no-cache-dir --disable-pip-version-check --retries 0 ` +

@@ -32,6 +32,7 @@ public class Main {
 // JAVA_TOOL_OPTIONS. Before, Java had the proxy but only its own cacerts
 // and failed with "PKIX path building failed".
 func TestRunJavaHTTPS(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("java"); err != nil {
 		t.Fatal("java (17 or later) is needed")
 	}

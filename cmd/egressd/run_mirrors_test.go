@@ -107,6 +107,7 @@ allow:
 // The uploads are real twine's (Debian's package; .ci/run installs it),
 // of a real wheel.
 func TestRunRealClientsUnderPrefix(t *testing.T) {
+	t.Parallel()
 	for _, bin := range []string{"npm", "curl", "twine", "/usr/bin/python3"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s is needed (.ci/run installs it)", bin)
@@ -115,22 +116,50 @@ func TestRunRealClientsUnderPrefix(t *testing.T) {
 	if out, err := exec.Command("/usr/bin/python3", "-m", "pip", "--version").CombinedOutput(); err != nil {
 		t.Fatalf("pip is needed (.ci/run installs python3-pip): %v\n%s", err, out)
 	}
-	dir := t.TempDir()
-	reg := &prefixRegistries{pkgs: newRegistries(t, dir)}
+	// The reads and the refused writes each run in a lab of their own, in
+	// parallel: one run after another in one lab made this the package's
+	// longest test.
+	t.Run("reads", func(t *testing.T) {
+		t.Parallel()
+		prefixReads(t, newPrefixLab(t))
+	})
+	t.Run("writes", func(t *testing.T) {
+		t.Parallel()
+		prefixWrites(t, newPrefixLab(t))
+	})
+}
+
+// prefixLab is a run lab whose origin serves the prefixed registries, with
+// a HOME for the clients and a decision log.
+type prefixLab struct {
+	*runLab
+	reg           *prefixRegistries
+	home, logFile string
+	flags         []string
+}
+
+func newPrefixLab(t *testing.T) *prefixLab {
+	t.Helper()
+	reg := &prefixRegistries{pkgs: newRegistries(t, t.TempDir())}
 	origin := []netip.Addr{testnet.OriginAddr4}
 	topo := testnet.New(t, testnet.WithOriginHandler(reg), testnet.WithRecords(map[string][]netip.Addr{
 		"devpi.test": origin, "artifactory.test": origin, "nexus.test": origin}))
-	l := labOn(t, topo, prefixConfig)
-	home := filepath.Join(l.dir, "home")
-	os.Mkdir(home, 0o777)
-	os.Chmod(home, 0o777)
-	t.Setenv("HOME", home)
-	logFile := filepath.Join(l.dir, "decisions.log")
-	flags := []string{"--log", logFile}
-	if os.Getenv("EGRESSD_BIN") != "" {
-		flags = nil
+	p := &prefixLab{runLab: labOn(t, topo, prefixConfig), reg: reg}
+	p.home = filepath.Join(p.dir, "home")
+	os.Mkdir(p.home, 0o777)
+	os.Chmod(p.home, 0o777)
+	p.env = []string{"HOME=" + p.home}
+	p.logFile = filepath.Join(p.dir, "decisions.log")
+	if os.Getenv("EGRESSD_BIN") == "" {
+		p.flags = []string{"--log", p.logFile} // an older build has no --log
 	}
+	return p
+}
 
+// prefixReads: pip from devpi and Artifactory, npm from Nexus, each under
+// its prefix; only reads reach the origin.
+func prefixReads(t *testing.T, p *prefixLab) {
+	l, reg, flags := p.runLab, p.reg, p.flags
 	pip := `/usr/bin/python3 -m pip install --no-cache-dir --disable-pip-version-check --target "$HOME/%s" --index-url %s egtest && test -f "$HOME/%s/egtest/__init__.py"`
 	steps := []struct{ name, script string }{
 		{"pip install from devpi", fmt.Sprintf(pip, "py-devpi", "https://devpi.test"+devpiBase+"/+simple/", "py-devpi")},
@@ -168,10 +197,15 @@ func TestRunRealClientsUnderPrefix(t *testing.T) {
 			t.Errorf("a write reached the origin during the reads: %s", r)
 		}
 	}
+}
 
+// prefixWrites: twine's uploads, npm publish and the products' paths
+// outside their prefixes get 403 mirror, and none reaches the origin.
+func prefixWrites(t *testing.T, p *prefixLab) {
+	l, reg, flags, logFile := p.runLab, p.reg, p.flags, p.logFile
 	// twine upload: the real client, a real wheel, the user's credentials
 	// (a multipart POST of the file and its metadata to the repository).
-	wheel := filepath.Join(home, reg.pkgs.wheelName)
+	wheel := filepath.Join(p.home, reg.pkgs.wheelName)
 	if err := os.WriteFile(wheel, reg.pkgs.wheel, 0o644); err != nil {
 		t.Fatal(err)
 	}

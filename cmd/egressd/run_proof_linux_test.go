@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ allow:
     hosts: [allowed.test]
     cidrs: [203.0.113.100/32]
 selftest:
-  timeout: 1s
+  timeout: 3s
   tcp: [203.0.113.53:443, 203.0.113.53:8080]
   ipv6: ["[2001:db8:2::53]:443"]
   metadata: [169.254.169.254]
@@ -75,6 +76,7 @@ fi
 // answer) and the script reported three leaks; `egressd probe` reported
 // metadata-direct as a leak the run's own probe had passed.
 func TestRunSeedProbeSealed(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, proofConfig)
 	out, code := l.run(t, nil, "bash", "-c", seedProbe)
 	if code != 0 || !strings.Contains(out, "OK: sandbox is sealed") {
@@ -99,6 +101,7 @@ func TestRunSeedProbeSealed(t *testing.T) {
 // redirect set before the client has them (a name-only rule on a public
 // address has no cidrs to redirect by), and a refused name adds nothing.
 func TestTransparentDNSAnswersRedirected(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t, testnet.WithRecords(map[string][]netip.Addr{"allowed.test": {testnet.OriginAddr4}, "other.test": {testnet.DNSAddr4}}))
 	bin := buildEgressd(t)
 	dir := t.TempDir()
@@ -151,7 +154,16 @@ allow:
 // write probes are untestable live, and the failed positive control is
 // an outage, said loudly, not a leak. Before, run exited 3.
 func TestRunDefaultConfigOffline(t *testing.T) {
-	l := newRunLab(t, string(configs.Default))
+	t.Parallel()
+	// The default probe timeout suits a quiet machine; beside the other
+	// tests a refusal may answer later, which reads as "no answer"
+	// (incomplete: exit 3, seen once). Silence passes whatever the
+	// timeout, so a longer one proves the same.
+	timeout := regexp.MustCompile(`(?m)^  timeout: .*$`)
+	if n := len(timeout.FindAllString(string(configs.Default), -1)); n != 1 {
+		t.Fatalf("configs/default.yaml has %d timeout lines, want its selftest.timeout alone: update this test", n)
+	}
+	l := newRunLab(t, timeout.ReplaceAllString(string(configs.Default), "  timeout: 3s"))
 	start := time.Now()
 	out, code := l.run(t, nil, "sh", "-c", "echo CMD-RAN")
 	t.Logf("run on the default config offline, start to exit: %v", time.Since(start).Round(time.Millisecond))
@@ -177,6 +189,7 @@ func TestRunDefaultConfigOffline(t *testing.T) {
 // NAME (trial runs of one agent add up for `suggest --identity NAME`),
 // and suggest leaves the run's own probe traffic out.
 func TestRunIdentity(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	logFile := filepath.Join(l.dir, "decisions.jsonl")
 	l.run(t, []string{"--identity", "agent-x", "--log", logFile}, "curl", "-sS", "-m", "10", "http://unlisted.test/x")

@@ -24,6 +24,7 @@ import (
 // namespace (connect is refused), while the command still reaches the
 // allowed origin through the proxy.
 func TestRunHostSocketsMasked(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	dir := filepath.Join(l.dir, "daemon")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -75,6 +76,7 @@ func TestRunHostSocketsMasked(t *testing.T) {
 // sockets no socket(2) filter sees) is ENOSYS; the command runs under
 // that seccomp filter. Only socket creation is tried: nothing is sent.
 func TestRunNoVsock(t *testing.T) {
+	t.Parallel()
 	const python = "/usr/bin/python3" // the system's: a user's (pyenv) is out of the sandbox user's reach
 	if _, err := exec.LookPath(python); err != nil {
 		t.Fatalf("%s is needed", python)

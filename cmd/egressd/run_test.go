@@ -24,6 +24,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/egressd/egressd/internal/testnet"
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/nft"
 	"github.com/egressd/egressd/runbox"
 	"github.com/egressd/egressd/sandbox"
@@ -39,6 +40,7 @@ var built struct {
 }
 
 func TestMain(m *testing.M) {
+	testutil.WaitingParallel(10)
 	code := m.Run()
 	testnet.ReportRootTests("cmd/egressd")
 	if built.dir != "" {
@@ -85,6 +87,13 @@ type runLab struct {
 	cfg      string
 	state    string
 	tmp      string // TMPDIR of egressd: where each run's temp dir goes
+	// env is added to egressd's environment (KEY=VALUE): a test's HOME
+	// or host variables, without t.Setenv, which would forbid t.Parallel.
+	env []string
+	// cmds are the egressd commands this lab started: assertNothingLeft
+	// looks for the namespaces of these runs only, as other tests' runs
+	// (and their crashes) go on beside them.
+	cmds []*exec.Cmd
 }
 
 const runConfig = `version: 1
@@ -96,7 +105,7 @@ allow:
     hosts: [allowed.test]
     cidrs: [203.0.113.0/24]
 selftest:
-  timeout: 1s
+  timeout: 3s
   tcp: [203.0.113.100:8080]
   udp: [203.0.113.100:123]
   ipv6: ["[2001:db8:2::100]:8080"]
@@ -136,8 +145,9 @@ func labOn(t *testing.T, topo *testnet.Topo, config string) *runLab {
 // command is egressd ARGS in the gateway namespace.
 func (l *runLab) command(args ...string) *exec.Cmd {
 	cmd := sandbox.NSExecCommand(l.bin, l.topo.Gateway.Path(), "", append([]string{l.bin}, args...))
-	cmd.Env = append(os.Environ(), "TMPDIR="+l.tmp)
+	cmd.Env = append(append(os.Environ(), l.env...), "TMPDIR="+l.tmp)
 	cmd.WaitDelay = 5 * time.Second // a survivor holding the output must not hang the test
+	l.cmds = append(l.cmds, cmd)
 	return cmd
 }
 
@@ -174,6 +184,7 @@ func (l *runLab) run(t *testing.T, extra []string, argv ...string) (string, int)
 // wall (the topology's own) does connect directly — the baseline that
 // shows the direct route exists and only the wall stops it.
 func TestRunSealed(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	topo := l.topo
 	before := topo.Origin.Hits()
@@ -205,6 +216,7 @@ func TestRunSealed(t *testing.T) {
 // through `run` as it does through serve; before, run built its own proxy
 // without the key and every download got 502 unknown authority.
 func TestRunUpstreamCA(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	before := l.topo.TLS.Hits()
 	out, code := l.run(t, nil, "curl", "-sS", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}", "https://allowed.test/simple/")
@@ -217,6 +229,7 @@ func TestRunUpstreamCA(t *testing.T) {
 // each of the ways a child detaches; before, they kept running in the
 // sandbox namespace after its walls were gone.
 func TestRunNoSurvivors(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	for _, tc := range []struct{ name, script string }{
 		{"background", "sleep {T} >/dev/null 2>&1 & exit 0"},
@@ -273,6 +286,7 @@ func processesWith(s string) []int {
 // sweeps the dead run's table, link, namespace and temp dir, and `egressd
 // nft down --all` leaves no egressd table behind.
 func TestRunCrashLeavesNothing(t *testing.T) {
+	t.Parallel()
 	l := newRunLab(t, runConfig)
 	token := nonceSeconds()
 	cmd := l.command(append(l.runArgs(), "--", "sh", "-c", "echo up; cat /proc/self/cgroup; exec sleep "+token)...)
@@ -305,6 +319,9 @@ func TestRunCrashLeavesNothing(t *testing.T) {
 	}
 	if tables := l.tables(t); len(tables) == 0 {
 		t.Fatal("no run table while the run is live")
+	}
+	if len(runNamespaces(cmd.Process.Pid)) == 0 {
+		t.Errorf("no namespace named for the live run's pid %d: assertNothingLeft would look for the wrong names", cmd.Process.Pid)
 	}
 	t.Cleanup(func() {
 		for _, p := range processesWith("sleep " + token) {
@@ -351,8 +368,8 @@ func (l *runLab) tables(t *testing.T) []string {
 	return ts
 }
 
-// assertNothingLeft: no egressd table, no run link, no run namespace of a
-// dead egressd and no run temp dir remain.
+// assertNothingLeft: no egressd table, no run link, no namespace of a
+// run of this lab whose egressd is dead, and no run temp dir remain.
 func (l *runLab) assertNothingLeft(t *testing.T) {
 	t.Helper()
 	if ts := l.tables(t); len(ts) > 0 {
@@ -372,13 +389,24 @@ func (l *runLab) assertNothingLeft(t *testing.T) {
 	if ents, _ := os.ReadDir(l.tmp); len(ents) > 0 {
 		t.Errorf("temp dirs left: %v", ents)
 	}
-	ents, _ := os.ReadDir(sandbox.NetnsDir)
-	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), "egr")
-		p, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(p)
-		if ok && err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
-			t.Errorf("namespace %s of a dead run left", e.Name())
+	for _, c := range l.cmds {
+		if c.Process == nil || syscall.Kill(c.Process.Pid, 0) != syscall.ESRCH {
+			continue
+		}
+		for _, ns := range runNamespaces(c.Process.Pid) {
+			t.Errorf("namespace %s of a dead run left", ns)
 		}
 	}
+}
+
+// runNamespaces lists the namespaces named for the `egressd run` of pid.
+func runNamespaces(pid int) []string {
+	var names []string
+	ents, _ := os.ReadDir(sandbox.NetnsDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), runbox.NSPrefix+strconv.Itoa(pid)+"-") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }

@@ -18,14 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
-	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"cmp"
+
 	"github.com/egressd/egressd/daemon"
 	"github.com/egressd/egressd/internal/testnet"
 	"github.com/egressd/egressd/nft"
@@ -70,7 +68,7 @@ allow:
 {EXTRA}
 selftest:
   interval: 1h
-  timeout: 1s
+  timeout: 3s
   tcp: ["203.0.113.100:80", "203.0.113.100:443", "203.0.113.100:22", "203.0.113.100:25", "203.0.113.100:53", "203.0.113.100:8080", "203.0.113.100:4444"]
   udp: ["203.0.113.100:53", "203.0.113.100:123"]
   ipv6: ["[2001:db8:2::100]:443"]
@@ -208,6 +206,7 @@ func tableOf(rep *selftest.Report) string {
 // 1), records both runs, and `report` shows them with the walls' counters;
 // without root it runs only the proxy-level probes, says so, and exits 2.
 func TestSelftestCommand(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	l.startServe(t, "--no-selftest", "--allow-unverified") // proven by the command below
 
@@ -228,7 +227,7 @@ func TestSelftestCommand(t *testing.T) {
 	}
 
 	// negative control: one hole in the walls, named and nothing else
-	insertAcceptRule(t, l.topo.Gateway.Fd(), unix.IPPROTO_TCP, netip.MustParseAddrPort("203.0.113.100:443"))
+	testnet.InsertAccept(t, l.topo.Gateway.Fd(), nft.DefaultTable, unix.IPPROTO_TCP, netip.MustParseAddrPort("203.0.113.100:443"))
 	code, out, errs = l.egressd(t, nil, "selftest", "--json", "--config", l.cfg, "--state-dir", l.state)
 	rep = selftestJSON(t, out, errs)
 	if got := failureIDs(rep); code != exitDeny || !slices.Equal(got, []string{"tcp/203.0.113.100:443"}) {
@@ -275,6 +274,7 @@ func TestSelftestCommand(t *testing.T) {
 // open a hole (verified beside the policy in force: the walls do not
 // change), keeping the old policy and walls.
 func TestServeSelftest(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	l.startServe(t)
 	code, why := l.readyz(t) // serve logged "ready": the boot self-test is done
@@ -326,30 +326,6 @@ func TestServeSelftest(t *testing.T) {
 	l.writeConfig(t, "  - name: canary\n    hosts: [canary.test]\n    cidrs: [203.0.113.0/24]\n    pages: [\"*\"]")
 	if _, err := l.serve.wait(`"msg":"reload refused: the candidate failed its self-test and was dropped`, "the new policy leaks: ", "dns-canary/canary.test"); err != nil {
 		t.Fatalf("reload allowlisting the DNS canary: %v", err)
-	}
-}
-
-// insertAcceptRule opens one destination ahead of the wall's drops.
-func insertAcceptRule(t *testing.T, ns int, proto byte, dst netip.AddrPort) {
-	t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: nft.DefaultTable}
-	c.InsertRule(&nftables.Rule{Table: tbl, Chain: &nftables.Chain{Name: "sbx_fwd", Table: tbl}, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.Addr().AsSlice()},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(dst.Port())},
-		&expr.Verdict{Kind: expr.VerdictAccept},
-	}})
-	if err := c.Flush(); err != nil {
-		t.Fatalf("open hole %s: %v", dst, err)
 	}
 }
 

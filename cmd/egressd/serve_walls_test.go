@@ -26,6 +26,7 @@ import (
 // the test topology: the sandbox reaches the origin only through the proxy,
 // and a wall removed behind egressd's back is put back by the drift check.
 func TestServeWalls(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t, testnet.WithRecords(map[string][]netip.Addr{"allowed.test": {testnet.OriginAddr4}}))
 	bin := buildEgressd(t)
 	dir := t.TempDir()

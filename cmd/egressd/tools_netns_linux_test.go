@@ -25,6 +25,7 @@ import (
 // the boot self-test probed egressd's own endpoint (sealed), and `egressd
 // probe --tool-server` from inside the sandbox finds it sealed too.
 func TestToolsFromSandbox(t *testing.T) {
+	t.Parallel()
 	l := newSTLab(t)
 	f, err := os.OpenFile(l.cfg, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {

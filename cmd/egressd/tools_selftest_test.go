@@ -51,7 +51,7 @@ tools:
   listen: %s
 selftest:
   interval: 1h
-  timeout: 1s
+  timeout: 3s
   canary_url: http://egressd-canary.example/
   metadata: [169.254.169.254]
   expect_reachable: [%s/]
@@ -113,6 +113,7 @@ func readyz(t *testing.T, admin string) (int, string) {
 // reports leaks naming it, /readyz is 503 and says so, and the history
 // holds the evidence (what it returned).
 func TestSelftestToolServers(t *testing.T) {
+	// Not parallel: its in-process self-test marks its 127.0.0.1 ports as probes in the process-wide probens.Conns for 30 s.
 	t.Run("egressd's own endpoint: sealed", func(t *testing.T) {
 		d, admin, dir := bootWithToolServers(t, "")
 		if ok, why := d.Ready(); !ok {

@@ -31,6 +31,7 @@ func startServe(t *testing.T, topo *testnet.Topo, bin, cfg string) func() {
 // reaches an allowed origin over HTTP and HTTPS through the redirect, and is
 // refused an unlisted one; without the redirect it cannot connect at all.
 func TestTransparentMode(t *testing.T) {
+	t.Parallel()
 	topo := testnet.New(t)
 	bin := buildEgressd(t)
 	dir := t.TempDir()
@@ -100,6 +101,9 @@ allow:
 		t.Errorf("direct TCP to port 8080 connected")
 	}
 	cancel()
+	// The client's idle keep-alive tunnels are live connections to serve,
+	// whose drain would wait its whole grace (30 s) for them.
+	client.CloseIdleConnections()
 	stop()
 
 	// negative control: the same walls without the redirect: no connection at all

@@ -12,6 +12,7 @@ import (
 // printed "-log egressd serve". Every back-quoted name must be a
 // placeholder (FILE, DIR, N), and a boolean flag has none.
 func TestFlagPlaceholders(t *testing.T) {
+	// Not parallel: it sets flagSetMade, a package-level hook every run() reads.
 	placeholder := regexp.MustCompile(`^[A-Z][A-Z0-9_:.]*$`)
 	var names []string
 	for name := range commands {

@@ -12,6 +12,7 @@ import (
 // rules, exit 0; --strict makes it an error (exit 2) for CI; a clean
 // config passes --strict.
 func TestValidateLintsStrict(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	shadow := filepath.Join(dir, "shadow.yaml")
 	os.WriteFile(shadow, []byte(`version: 1
