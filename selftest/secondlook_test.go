@@ -52,6 +52,7 @@ func slowFirstProxy(t *testing.T) netip.AddrPort {
 // longer timeout before the run is called incomplete; one late answer must
 // not make `run` refuse its command. Before, the run was incomplete.
 func TestSecondLook(t *testing.T) {
+	t.Parallel()
 	var d net.Dialer
 	c := Config{
 		Proxy: slowFirstProxy(t),
