@@ -62,7 +62,7 @@ func accept(t *testing.T, l net.Listener) net.Conn {
 // else's. Until then no other socket can bind the probe's port, even with
 // SO_REUSEADDR (the kernel fact the rule leans on).
 func TestConnSetEndsWithServer(t *testing.T) {
-	s := &ConnSet{m: map[netip.AddrPort]int{}, closed: map[netip.AddrPort]time.Time{}}
+	s := &ConnSet{m: map[connKey]int{}, closed: map[connKey]time.Time{}, ended: make(chan connKey, 1)}
 	proxyL, otherL := listenLoopback(t), listenLoopback(t)
 	probe, err := s.track(loopbackDialer())(t.Context(), "tcp", proxyL.Addr().String())
 	if err != nil {
@@ -117,7 +117,7 @@ func TestConnSetOtherListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ns.Close()
-	s := &ConnSet{m: map[netip.AddrPort]int{}, closed: map[netip.AddrPort]time.Time{}}
+	s := &ConnSet{m: map[connKey]int{}, closed: map[connKey]time.Time{}, ended: make(chan connKey, 1)}
 	var proxyL, otherL net.Listener
 	var probe, attack net.Conn
 	err = sandbox.Do(ns, func() error {
@@ -169,8 +169,16 @@ func TestConnSetOtherListener(t *testing.T) {
 // exempt is the predicate as egressd's listener asks it, for the
 // connection it accepted.
 func exempt(s *ConnSet, srv net.Conn) bool {
-	return s.Has(netip.MustParseAddrPort(srv.RemoteAddr().String()))
+	return s.Has(netip.MustParseAddrPort(srv.RemoteAddr().String()), netip.MustParseAddrPort(srv.LocalAddr().String()))
 }
 
-// waitEnded waits until the probe's connection has ended in s.
-func waitEnded(t *testing.T, s *ConnSet) {}
+// waitEnded waits until a lingering connection has ended in s (egressd
+// closed its side: the probe's socket read the end).
+func waitEnded(t *testing.T, s *ConnSet) {
+	t.Helper()
+	select {
+	case <-s.ended:
+	case <-time.After(connLinger / 2): // a bound: connLinger would end it anyway
+		t.Fatal("the probe's connection did not end after egressd closed its side")
+	}
+}
