@@ -17,6 +17,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/nft"
@@ -328,9 +329,19 @@ func (s *ConnSet) remove(k connKey) {
 
 type trackedConn struct {
 	net.Conn
-	once sync.Once
-	s    *ConnSet
-	k    connKey
+	once   sync.Once
+	closed atomic.Bool
+	s      *ConnSet
+	k      connKey
+}
+
+// Read fails once the probe closed the connection, as on a closed socket:
+// what egressd still sends is for the lingering reader alone.
+func (c *trackedConn) Read(b []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(b)
 }
 
 // Close shuts the probe's sending side and lingers (track); the
@@ -339,6 +350,7 @@ type trackedConn struct {
 func (c *trackedConn) Close() error {
 	err := net.ErrClosed
 	c.once.Do(func() {
+		c.closed.Store(true)
 		cw, ok := c.Conn.(interface{ CloseWrite() error })
 		if !ok || cw.CloseWrite() != nil || c.Conn.SetReadDeadline(time.Now().Add(connLinger)) != nil {
 			c.s.remove(c.k)
