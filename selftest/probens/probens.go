@@ -200,7 +200,7 @@ func (e *Env) Apply(c *selftest.Config) {
 }
 
 // Conns holds the self-test's open connections to egressd's own proxy,
-// resolver and tool endpoint. Both refuse what the policy allows until the
+// resolver and tool endpoint. They refuse what the policy allows until the
 // policy in force is the verified one, which would include the self-test's
 // probes of a candidate; with proxy.Config.ReadyExempt (and the DNS
 // filter's Exempt, which daemon wires from it) = Conns.Has these
