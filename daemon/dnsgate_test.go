@@ -179,7 +179,7 @@ func TestReloadSelftestTestsTheCandidateOverDNS(t *testing.T) {
 	var leaks []string
 	f := startWith(t, func(o *Options) {
 		o.Load = func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(*cfg.Load()), "t.yaml") }
-		o.ProxyConfig.ReadyExempt = func(ap netip.AddrPort) bool { mu.Lock(); defer mu.Unlock(); return probes[ap] }
+		o.ProxyConfig.ReadyExempt = func(ap, _ netip.AddrPort) bool { mu.Lock(); defer mu.Unlock(); return probes[ap] }
 	})
 	// from here the self-test is a canary probe from probeClient, exempt
 	// while it runs (as cmd/egressd's probeConns)
@@ -225,7 +225,7 @@ func TestDNSExemptionOnlyOverTCP(t *testing.T) {
 	f := startWith(t, func(o *Options) {
 		cfg := dnsConfig(up, "old.example.com")
 		o.Load = func() (*policy.Policy, error) { return policy.Parse(strings.NewReader(cfg), "t.yaml") }
-		o.ProxyConfig.ReadyExempt = func(ap netip.AddrPort) bool { return ap == netip.MustParseAddrPort(probeClient) }
+		o.ProxyConfig.ReadyExempt = func(ap, _ netip.AddrPort) bool { return ap == netip.MustParseAddrPort(probeClient) }
 	})
 	// a scheduled self-test finds a leak: nothing allowed goes upstream
 	f.leak.Store(true)

@@ -21,7 +21,7 @@ type probeClient struct {
 	conns map[netip.AddrPort]bool
 }
 
-func (p *probeClient) exempt(ap netip.AddrPort) bool {
+func (p *probeClient) exempt(ap, _ netip.AddrPort) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.conns[ap]

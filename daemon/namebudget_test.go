@@ -18,6 +18,9 @@ import (
 type nullDNSWriter struct{ remote net.Addr }
 
 func (w nullDNSWriter) LocalAddr() net.Addr {
+	if _, tcp := w.remote.(*net.TCPAddr); tcp { // a TCP client's connection is TCP at both ends
+		return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53}
+	}
 	return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53}
 }
 func (w nullDNSWriter) RemoteAddr() net.Addr        { return w.remote }

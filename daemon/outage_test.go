@@ -95,7 +95,7 @@ allow:
     cidrs: [203.0.113.0/24]
 `, up.addr)), "t.yaml")
 		}
-		o.ProxyConfig.ReadyExempt = func(ap netip.AddrPort) bool { return ap == netip.MustParseAddrPort(probeAddr) }
+		o.ProxyConfig.ReadyExempt = func(ap, _ netip.AddrPort) bool { return ap == netip.MustParseAddrPort(probeAddr) }
 		o.OutageRetry = 20 * time.Millisecond
 		o.Verify = func(ctx context.Context, p *policy.Policy) Verdict {
 			mu.Lock()

@@ -64,12 +64,15 @@ type Config struct {
 	// upstream (egressd's wiring: the policy in force is not the verified
 	// one, or the walls are not sealed). Refused names keep their NXDOMAIN.
 	Gate func(p *policy.Policy) (policy.Reason, string)
-	// Exempt, when set, lets a client (by address and port) past Gate: the
-	// self-test's own probes, which must meet the candidate policy. Only
-	// over TCP: a UDP source address and port are whatever the sender
-	// writes (a sandbox with CAP_NET_RAW can spoof an open probe socket's),
-	// while a TCP client's were proved by its handshake.
-	Exempt func(client netip.AddrPort) bool
+	// Exempt, when set, lets a client connection past Gate: the
+	// self-test's own probes, which must meet the candidate policy. It is
+	// asked with the client's address and port and this server's address
+	// the client dialed (the connection, not just its client address: see
+	// probens.Conns). Only over TCP: a UDP source address and port are
+	// whatever the sender writes (a sandbox with CAP_NET_RAW can spoof an
+	// open probe socket's), while a TCP client's were proved by its
+	// handshake.
+	Exempt func(client, server netip.AddrPort) bool
 	// Candidate, when set, returns the policy a reload is verifying (nil:
 	// none): it decides for the clients Exempt names (over TCP), and the
 	// policy in force for everyone else.
@@ -100,7 +103,7 @@ type Server struct {
 	budget     *policy.NameBudget
 	overBudget *prometheus.CounterVec
 	gate       func(*policy.Policy) (policy.Reason, string)
-	exempt     func(netip.AddrPort) bool
+	exempt     func(client, server netip.AddrPort) bool
 	cand       func() *policy.Policy // the candidate a reload verifies, for exempt clients
 	honey      *honeytoken.Registry
 	onHoney    func(identity, name string, t honeytoken.Token)
@@ -559,14 +562,30 @@ func clientAddrPort(w dns.ResponseWriter) netip.AddrPort {
 // policyFor is the policy that decides for w's client: the candidate for
 // the self-test's own probes (Exempt, over TCP) while one is verified.
 func (s *Server) policyFor(w dns.ResponseWriter) *policy.Policy {
-	if s.cand != nil && s.exempt != nil {
-		if _, tcp := w.RemoteAddr().(*net.TCPAddr); tcp {
-			if c := s.cand(); c != nil && s.exempt(clientAddrPort(w)) {
-				return c
-			}
+	if s.cand != nil {
+		if c := s.cand(); c != nil && s.exempted(w) {
+			return c
 		}
 	}
 	return s.policy()
+}
+
+// exempted reports whether w's client is the self-test's own (Exempt):
+// over TCP only, and asked for the connection (the client and this
+// server's address it dialed).
+func (s *Server) exempted(w dns.ResponseWriter) bool {
+	if s.exempt == nil {
+		return false
+	}
+	if _, tcp := w.RemoteAddr().(*net.TCPAddr); !tcp {
+		return false
+	}
+	local, ok := w.LocalAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ap := local.AddrPort()
+	return s.exempt(clientAddrPort(w), netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
 }
 
 // gated applies Gate to an allowed name decided by p: ReasonAllowed lets it
@@ -577,7 +596,7 @@ func (s *Server) gated(p *policy.Policy, w dns.ResponseWriter) (policy.Reason, s
 		return policy.ReasonAllowed, ""
 	}
 	reason, detail := s.gate(p)
-	if _, tcp := w.RemoteAddr().(*net.TCPAddr); tcp && reason.Denies() && s.exempt != nil && s.exempt(clientAddrPort(w)) {
+	if reason.Denies() && s.exempted(w) {
 		return policy.ReasonAllowed, ""
 	}
 	return reason, detail

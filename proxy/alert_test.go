@@ -60,7 +60,7 @@ identities:
 			alerts = append(alerts, a)
 			mu.Unlock()
 		},
-		ReadyExempt: func(ap netip.AddrPort) bool { return ap.Port() == selftestPort.get() },
+		ReadyExempt: func(ap, _ netip.AddrPort) bool { return ap.Port() == selftestPort.get() },
 		Probe: ProbeHooks{Label: func(id, ua, host string) bool {
 			return id == "agent" && ua == "egressd-probe/good" && host == "169.254.169.254"
 		}},

@@ -74,7 +74,7 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		writeRefusal(w, x.denyDecision(r, rq))
 		return
 	}
-	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
+	if reason, detail := x.refusal(p, r.RemoteAddr, localAddr(r)); reason.Denies() {
 		x.writeDeny(w, r, rq, reason, rq.d.RuleName(), detail)
 		return
 	}

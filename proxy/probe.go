@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"net/netip"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,10 +48,8 @@ type ProbeHooks struct {
 // probeLabel is the identity a request is logged and counted under when
 // it is probe traffic, "" when it is an agent's.
 func (x *Proxy) probeLabel(r *http.Request, identity, host string) string {
-	if x.exempt != nil {
-		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
-			return SelftestIdentity
-		}
+	if x.exempted(r.RemoteAddr, localAddr(r)) {
+		return SelftestIdentity
 	}
 	ua := r.Header.Get("User-Agent")
 	if x.probe.Label != nil && strings.HasPrefix(ua, ProbeUserAgentPrefix) && x.probe.Label(identity, ua, host) {

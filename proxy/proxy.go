@@ -58,12 +58,15 @@ type Config struct {
 	// not a separate flag, is what makes a reload's swap and its gate one
 	// step. nil: no gate.
 	Gate func(p *policy.Policy) (reason policy.Reason, detail string)
-	// ReadyExempt lets a client connection (by its remote address) through
-	// the Ready gate: the self-test's own probes, whose positive controls
-	// must pass before the first sealed run can make egressd ready. nil: none.
+	// ReadyExempt lets a client connection through the Ready gate: the
+	// self-test's own probes, whose positive controls must pass before the
+	// first sealed run can make egressd ready. nil: none. It is asked with
+	// the client's address and port and egressd's own address the client
+	// dialed (the connection, not just its client address: see
+	// probens.Conns); the DNS filter's Exempt is the same predicate.
 	// These connections are egressd's own self-test: logged as
 	// SelftestIdentity and counted as probe traffic (probe.go).
-	ReadyExempt func(remote netip.AddrPort) bool
+	ReadyExempt func(client, server netip.AddrPort) bool
 	// Probe connects the in-sandbox probes (probe.go); zero: none.
 	Probe ProbeHooks
 	// Alert is told of every high-risk attempt by a sandbox and every
@@ -141,7 +144,7 @@ type Proxy struct {
 	m      *metrics
 	ready  func() bool
 	gate   func(*policy.Policy) (policy.Reason, string)
-	exempt func(netip.AddrPort) bool
+	exempt func(client, server netip.AddrPort) bool
 	probe  ProbeHooks
 	alert  func(Attempt)
 	ids    *tracker
@@ -279,16 +282,39 @@ func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
 // or SetPolicy put it in force).
 func (x *Proxy) SetCandidate(p *policy.Policy) { x.cand.Store(p) }
 
-// policyFor is the policy that decides for a client at remote (host:port):
-// the candidate for the self-test's own connections while one is
-// verified, the policy in force for everyone else.
-func (x *Proxy) policyFor(remote string) *policy.Policy {
-	if c := x.cand.Load(); c != nil && x.exempt != nil {
-		if ap, err := netip.ParseAddrPort(remote); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
-			return c
-		}
+// policyFor is the policy that decides r: the candidate for the
+// self-test's own connections while one is verified, the policy in force
+// for everyone else.
+func (x *Proxy) policyFor(r *http.Request) *policy.Policy {
+	if c := x.cand.Load(); c != nil && x.exempted(r.RemoteAddr, localAddr(r)) {
+		return c
 	}
 	return x.Policy()
+}
+
+// exempted reports whether the connection from remote (host:port) to
+// local, egressd's own address it dialed, is the self-test's own
+// (Config.ReadyExempt). Either address unknown: not exempt.
+func (x *Proxy) exempted(remote string, local net.Addr) bool {
+	if x.exempt == nil || local == nil {
+		return false
+	}
+	ra, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return false
+	}
+	la, err := netip.ParseAddrPort(local.String())
+	if err != nil {
+		return false
+	}
+	return x.exempt(netip.AddrPortFrom(ra.Addr().Unmap(), ra.Port()), netip.AddrPortFrom(la.Addr().Unmap(), la.Port()))
+}
+
+// localAddr is the address of egressd's that r's connection was accepted
+// on (net/http puts it in every request's context), nil if unknown.
+func localAddr(r *http.Request) net.Addr {
+	a, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return a
 }
 
 // Serve answers proxy requests on l until Shutdown.
@@ -716,10 +742,10 @@ func denyResponse(r *http.Request, reason policy.Reason, rule, detail, message s
 }
 
 // refusal applies the Ready gate and the Gate to an allowed request or
-// tunnel decided by p for a client at remote (host:port): "" lets it
-// through, else the reason and detail of its 503. The self-test's own
-// connections are exempt.
-func (x *Proxy) refusal(p *policy.Policy, remote string) (reason policy.Reason, detail string) {
+// tunnel decided by p for a client at remote (host:port) connected to
+// local: "" lets it through, else the reason and detail of its 503. The
+// self-test's own connections are exempt.
+func (x *Proxy) refusal(p *policy.Policy, remote string, local net.Addr) (reason policy.Reason, detail string) {
 	switch {
 	case x.ready != nil && !x.ready():
 		reason, detail = policy.ReasonNotReady, policy.ReasonNotReady.Help()
@@ -729,7 +755,7 @@ func (x *Proxy) refusal(p *policy.Policy, remote string) (reason policy.Reason, 
 	if !reason.Denies() || x.exempt == nil {
 		return reason, detail
 	}
-	if ap, err := netip.ParseAddrPort(remote); err == nil && x.exempt(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
+	if x.exempted(remote, local) {
 		return policy.ReasonAllowed, ""
 	}
 	return reason, detail

@@ -404,7 +404,7 @@ func TestNotReady(t *testing.T) {
 		t.Fatalf("unlisted while not ready: %v, want 403", resp)
 	}
 	// an exempt connection (the self-test's probes) passes the gate
-	h.px.exempt = func(netip.AddrPort) bool { return true }
+	h.px.exempt = func(_, _ netip.AddrPort) bool { return true }
 	if resp, _ := h.do("GET", "http://allowed.test:"+h.plain.port()+"/", nil, nil); resp == nil || resp.StatusCode != 200 {
 		t.Fatalf("exempt connection while not ready: %v, want 200", resp)
 	}

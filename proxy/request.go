@@ -22,7 +22,7 @@ import (
 // onRequest decides a plain absolute-form request, or a request inside an
 // inspected tunnel (its state's tunnel field holds the CONNECT's).
 func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-	p := x.policyFor(r.RemoteAddr)
+	p := x.policyFor(r)
 	rq, _ := r.Context().Value(keyDecision).(*request)
 	if rq == nil { // not through ServeHTTP: refuse rather than guess
 		rq = &request{start: time.Now(), method: r.Method}
@@ -79,7 +79,7 @@ func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request
 		}
 		rq.ws = true
 	}
-	if reason, detail := x.refusal(p, r.RemoteAddr); reason.Denies() {
+	if reason, detail := x.refusal(p, r.RemoteAddr, localAddr(r)); reason.Denies() {
 		return r, x.deny(r, rq, reason, rq.d.RuleName(), detail)
 	}
 	if resp := x.checkShape(r, rq, p); resp != nil {

@@ -161,7 +161,7 @@ func (x *Proxy) decideTransparent(ctx context.Context, tn *tunnel, port uint16) 
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, rq.d.Reason, "transparent TLS", 0, 0)
 		return false
 	}
-	if reason, detail := x.refusal(p, tn.raw.RemoteAddr().String()); reason.Denies() {
+	if reason, detail := x.refusal(p, tn.raw.RemoteAddr().String(), tn.raw.LocalAddr()); reason.Denies() {
 		rq.d.Allow = false
 		x.logDecisionReason(ctx, rq, reason.Status(), reason, detail, 0, 0)
 		return false

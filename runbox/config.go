@@ -62,7 +62,7 @@ type Config struct {
 	NoProbe bool
 	// ReadyExempt lets the probe's own connections through the proxy
 	// before the sandbox is proven (see daemon.Options).
-	ReadyExempt func(remote netip.AddrPort) bool
+	ReadyExempt func(client, server netip.AddrPort) bool
 	Stdin       io.Reader
 	Stdout      io.Writer
 	Stderr      io.Writer

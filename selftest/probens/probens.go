@@ -11,11 +11,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/nft"
@@ -197,32 +199,48 @@ func (e *Env) Apply(c *selftest.Config) {
 	c.ToolDial = Conns.track(loopbackDialer())
 }
 
-// Conns holds the local addresses of the self-test's open connections to
-// egressd's own proxy and resolver. Both refuse what the policy allows
-// until the policy in force is the verified one, which would include the
-// self-test's probes of a candidate; with proxy.Config.ReadyExempt (and
-// the DNS filter's Exempt, which daemon wires from it) = Conns.Has these
-// connections, and only they, pass the readiness gate (and are labelled
-// egressd-selftest by the proxy).
-var Conns = ConnSet{m: map[netip.AddrPort]int{}, closed: map[netip.AddrPort]time.Time{}}
+// Conns holds the self-test's open connections to egressd's own proxy,
+// resolver and tool endpoint. They refuse what the policy allows until the
+// policy in force is the verified one, which would include the self-test's
+// probes of a candidate; with proxy.Config.ReadyExempt (and the DNS
+// filter's Exempt, which daemon wires from it) = Conns.Has these
+// connections, and only they, pass the readiness gate, are decided by a
+// candidate a reload verifies, are labelled egressd-selftest by the proxy,
+// and their denials are not an agent's high-risk attempts.
+//
+// An entry is bound to the connection, not to the client address: the
+// pair of the probe's address and port and egressd's listening address it
+// dialed (one client port can be shared by connections to different
+// destinations: Linux's connect() does so), and it lasts while the probe's
+// socket still holds that pair (see ConnSet.track).
+var Conns = ConnSet{m: map[connKey]int{}, closed: map[connKey]time.Time{}}
 
-// connLinger is how long a closed connection's address stays in a
-// ConnSet. A probe that gives up (its timeout, on a loaded machine) closes
-// its connection while egressd may not yet have read the request it sent:
-// decided after the address left the set, that request would count as an
-// agent's (a metadata probe as a high-risk attempt, an alert). The address
-// cannot come back as another client's meanwhile: the probe closed first,
-// so its end of the connection holds TIME_WAIT for 60 s, and in a probe
-// namespace no other client has its address at all.
+// connLinger bounds how long a closed connection stays in a ConnSet. A
+// probe that gives up (its timeout, on a loaded machine) closes its
+// connection while egressd may not yet have read the request it sent:
+// decided after the connection left the set, that request would count as
+// an agent's (a metadata probe as a high-risk attempt, an alert). So
+// closing only shuts the probe's sending side (egressd sees the same end of
+// input) and keeps the socket until egressd closes its side (the request
+// has been decided), or connLinger has passed.
 const connLinger = 30 * time.Second
 
-// ConnSet is a set of open (and just closed, connLinger) connections by
-// local address.
+// connKey is one connection: the self-test's client address and port, and
+// egressd's address it dialed.
+type connKey struct{ client, server netip.AddrPort }
+
+func unmapped(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// ConnSet is a set of the self-test's open (and just closed, until
+// egressd closed its side or connLinger) connections.
 type ConnSet struct {
 	mu     sync.Mutex
-	m      map[netip.AddrPort]int
-	closed map[netip.AddrPort]time.Time // when a closed address leaves the set
-	now    func() time.Time             // tests move it; nil: time.Now
+	m      map[connKey]int
+	closed map[connKey]time.Time // when a closed connection leaves the set
+	now    func() time.Time      // tests move it; nil: time.Now
+	ended  chan connKey          // tests: told when a lingering connection ended
 }
 
 func (s *ConnSet) clock() time.Time {
@@ -232,23 +250,29 @@ func (s *ConnSet) clock() time.Time {
 	return time.Now()
 }
 
-// Has reports whether ap is the local address of an open connection, or of
-// one closed less than connLinger ago.
-func (s *ConnSet) Has(ap netip.AddrPort) bool {
-	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+// Has reports whether the connection from client to server (egressd's
+// own listening address, as the accepted connection's local address) is
+// the self-test's: open, or closed by the probe less than connLinger ago
+// and not yet closed by egressd.
+func (s *ConnSet) Has(client, server netip.AddrPort) bool {
+	k := connKey{unmapped(client), unmapped(server)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m[ap] > 0 {
-		return true
+	if s.m[k] <= 0 {
+		return false
 	}
-	until, ok := s.closed[ap]
-	return ok && s.clock().Before(until)
+	until, ok := s.closed[k]
+	return !ok || s.clock().Before(until)
 }
 
-// track wraps a dialer so that each connection's local address is in the
-// set while the connection is open and connLinger after (a connected UDP
-// socket's too: its address and port are the source of each query it
-// sends).
+// track wraps a dialer so that each connection is in the set while it is
+// open, and after the probe closed it until egressd closed its side (or
+// connLinger). That end is exact: while the probe's socket is open no other
+// socket can have the pair (a bind of its port fails, SO_REUSEADDR or not:
+// the probe's socket does not set it; a connect to the same listener finds
+// the 4-tuple taken), and egressd closes its side only once it has answered
+// what the probe sent. A socket that cannot shut one side (UDP: the DNS
+// filter exempts TCP clients only) leaves the set when it closes.
 func (s *ConnSet) track(dial selftest.DialFunc) selftest.DialFunc {
 	if dial == nil {
 		return nil // the caller's default applies
@@ -258,46 +282,90 @@ func (s *ConnSet) track(dial selftest.DialFunc) selftest.DialFunc {
 		if err != nil {
 			return nil, err
 		}
-		ap, err := netip.ParseAddrPort(c.LocalAddr().String())
-		if err != nil {
-			return c, nil
+		local, err1 := netip.ParseAddrPort(c.LocalAddr().String())
+		remote, err2 := netip.ParseAddrPort(c.RemoteAddr().String())
+		if err1 != nil || err2 != nil {
+			return c, nil // not an IP connection: never exempt
 		}
-		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-		s.add(ap)
-		return &trackedConn{Conn: c, done: func() { s.remove(ap) }}, nil
+		k := connKey{unmapped(local), unmapped(remote)}
+		s.add(k)
+		return &trackedConn{Conn: c, s: s, k: k}, nil
 	}
 }
 
-func (s *ConnSet) add(ap netip.AddrPort) {
+func (s *ConnSet) add(k connKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock()
 	for a, until := range s.closed { // forget what has lingered long enough
 		if !now.Before(until) {
 			delete(s.closed, a)
+			delete(s.m, a)
 		}
 	}
-	s.m[ap]++
+	s.m[k]++
 }
 
-func (s *ConnSet) remove(ap netip.AddrPort) {
+// closing starts k's linger: the probe closed it.
+func (s *ConnSet) closing(k connKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m[ap]--; s.m[ap] <= 0 {
-		delete(s.m, ap)
-		s.closed[ap] = s.clock().Add(connLinger)
+	if s.m[k] > 0 {
+		s.closed[k] = s.clock().Add(connLinger)
+	}
+}
+
+func (s *ConnSet) remove(k connKey) {
+	s.mu.Lock()
+	if s.m[k]--; s.m[k] <= 0 {
+		delete(s.m, k)
+		delete(s.closed, k)
+	}
+	s.mu.Unlock()
+	if s.ended != nil {
+		s.ended <- k
 	}
 }
 
 type trackedConn struct {
 	net.Conn
-	once sync.Once
-	done func()
+	once   sync.Once
+	closed atomic.Bool
+	s      *ConnSet
+	k      connKey
 }
 
+// Read fails once the probe closed the connection, as on a closed socket:
+// what egressd still sends is for the lingering reader alone.
+func (c *trackedConn) Read(b []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(b)
+}
+
+// Close shuts the probe's sending side and lingers (track); the
+// connection leaves the set before its socket is closed, so the pair is
+// never free while it is still exempt.
 func (c *trackedConn) Close() error {
-	c.once.Do(c.done)
-	return c.Conn.Close()
+	err := net.ErrClosed
+	c.once.Do(func() {
+		c.closed.Store(true)
+		cw, ok := c.Conn.(interface{ CloseWrite() error })
+		if !ok || cw.CloseWrite() != nil || c.Conn.SetReadDeadline(time.Now().Add(connLinger)) != nil {
+			c.s.remove(c.k)
+			err = c.Conn.Close()
+			return
+		}
+		c.s.closing(c.k)
+		err = nil
+		go func() {
+			_, _ = io.Copy(io.Discard, c.Conn) // until egressd closes its side, or connLinger
+			c.s.remove(c.k)
+			_ = c.Conn.Close()
+		}()
+	})
+	return err
 }
 
 // Open builds the probe namespace as root: a namespace wired like

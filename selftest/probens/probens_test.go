@@ -119,7 +119,7 @@ func TestVerdictProxyOnly(t *testing.T) {
 // again while open.
 func TestConnSetLingers(t *testing.T) {
 	now := time.Unix(1000, 0)
-	s := &ConnSet{m: map[netip.AddrPort]int{}, closed: map[netip.AddrPort]time.Time{}, now: func() time.Time { return now }}
+	s := &ConnSet{m: map[connKey]int{}, closed: map[connKey]time.Time{}, now: func() time.Time { return now }}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -142,15 +142,16 @@ func TestConnSetLingers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ap := netip.MustParseAddrPort(c.LocalAddr().String())
-	if !s.Has(ap) {
+	srv := netip.MustParseAddrPort(l.Addr().String())
+	if !s.Has(ap, srv) {
 		t.Fatal("an open probe connection is not in the set")
 	}
 	c.Close()
-	if !s.Has(ap) {
+	if !s.Has(ap, srv) {
 		t.Error("a probe connection closed just now left the set: what it sent would be decided as an agent's")
 	}
 	now = now.Add(connLinger)
-	if s.Has(ap) {
+	if s.Has(ap, srv) {
 		t.Error("a probe connection closed connLinger ago is still in the set")
 	}
 	c2, err := dial(t.Context(), "tcp", l.Addr().String())
@@ -161,7 +162,7 @@ func TestConnSetLingers(t *testing.T) {
 	if len(s.closed) != 0 {
 		t.Errorf("expired entries kept: %v", s.closed)
 	}
-	if !s.Has(netip.MustParseAddrPort(c2.LocalAddr().String())) {
+	if !s.Has(netip.MustParseAddrPort(c2.LocalAddr().String()), srv) {
 		t.Error("a second open connection is not in the set")
 	}
 }
