@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,8 @@ func TestProofFigures(t *testing.T) {
 		t.Skip("a measurement: set EGRESSD_MEASURE=1")
 	}
 	l := newSTLab(t)
+	l.timeout = defaultSelftestTimeout(t) // the figures a user of the default config sees
+	l.cfg = l.writeConfig(t, "")
 	l.startServe(t)
 	logs := l.serve.logs.String()
 	t.Logf("boot self-test: %s", selftestDuration(logs))
@@ -72,7 +75,7 @@ func TestProofFigures(t *testing.T) {
 
 	// run: start to CMD, probe included
 	l.serve.stop()
-	rl := newRunLab(t, runConfig)
+	rl := newRunLab(t, strings.Replace(runConfig, "  timeout: 3s\n", "  timeout: "+defaultSelftestTimeout(t)+"\n", 1))
 	for i := 0; i < 3; i++ {
 		begin := time.Now()
 		out, code := rl.run(t, nil, "sh", "-c", "date +%s%N")
@@ -90,6 +93,16 @@ func TestProofFigures(t *testing.T) {
 		}
 		t.Logf("run start to CMD: %v", time.Unix(0, ns).Sub(begin).Round(time.Millisecond))
 	}
+}
+
+// defaultSelftestTimeout is the embedded default config's selftest.timeout.
+func defaultSelftestTimeout(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^  timeout: (\S+)$`).FindSubmatch(configs.Default)
+	if m == nil {
+		t.Fatal("configs/default.yaml: no selftest timeout line")
+	}
+	return string(m[1])
 }
 
 // selftestDuration is the duration of the first "self-test sealed" line.

@@ -90,6 +90,10 @@ type stLab struct {
 	// the log line startServe waits for (default: "ready").
 	wrap  []string
 	until string
+	// timeout, when set, replaces the config's selftest.timeout (3s: a
+	// sealed verdict under a loaded parallel suite); a measurement sets
+	// the embedded default config's.
+	timeout string
 }
 
 func newSTLab(t *testing.T) *stLab {
@@ -122,6 +126,9 @@ func newSTLab(t *testing.T) *stLab {
 func (l *stLab) writeConfig(t *testing.T, extra string) string {
 	t.Helper()
 	cfg := strings.NewReplacer("{CA}", filepath.Join(l.dir, "upstream-ca.pem"), "{PREFIX}", l.topo.IfPrefix, "{EXTRA}", extra).Replace(stConfig)
+	if l.timeout != "" {
+		cfg = strings.Replace(cfg, "  timeout: 3s\n", "  timeout: "+l.timeout+"\n", 1)
+	}
 	path := filepath.Join(l.dir, "egressd.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
