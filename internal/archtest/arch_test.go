@@ -273,3 +273,35 @@ func TestDocsPackageMap(t *testing.T) {
 		t.Errorf("docs/ARCHITECTURE.md's package map names %s, which is not a package of the module", name)
 	}
 }
+
+// maxFileLines bounds a non-test Go file (issue 26.4): past it, a file
+// holds more than one concern and is split by concern.
+const maxFileLines = 1000
+
+// TestFileSize: no non-test Go file of the module is over maxFileLines.
+func TestFileSize(t *testing.T) {
+	root := moduleRoot(t)
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if n := strings.Count(string(b), "\n"); n > maxFileLines {
+			rel, _ := filepath.Rel(root, path)
+			t.Errorf("%s: %d lines, over %d: split it by concern", rel, n, maxFileLines)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
