@@ -124,7 +124,11 @@ func (rs *ruleset) queue(c *nftables.Conn) error {
 // table or the new one, never a mix or none. Applying the same spec twice
 // leaves the same table (named and rule counters restart from zero). The
 // table stays after the process exits; only Down removes it.
-func Apply(ns int, s Spec) error {
+func Apply(ns int, s Spec) error { return install(ns, s, nil) }
+
+// install renders s and replaces its table in one batch, with whatever
+// also (when set) queues in the same batch.
+func install(ns int, s Spec, also func(c *nftables.Conn, rs *ruleset)) error {
 	rs, err := build(s)
 	if err != nil {
 		return fmt.Errorf("nft: invalid spec: %w", err)
@@ -136,6 +140,9 @@ func Apply(ns int, s Spec) error {
 	defer c.CloseLasting()
 	if err := rs.queue(c); err != nil {
 		return fmt.Errorf("nft: render table inet %s: %w", rs.table.Name, err)
+	}
+	if also != nil {
+		also(c, rs)
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nft: apply table inet %s: %w", rs.table.Name, err)

@@ -81,26 +81,12 @@ func EndTry(ns int, table string) error {
 // transaction: a tried candidate goes in force for every sandbox, and the
 // trial table is gone with it.
 func Settle(ns int, s Spec) error {
-	rs, err := build(s)
-	if err != nil {
-		return fmt.Errorf("nft: invalid spec: %w", err)
-	}
-	c, err := dial(ns, rs.batchSize())
-	if err != nil {
-		return err
-	}
-	defer c.CloseLasting()
-	if err := rs.queue(c); err != nil {
-		return fmt.Errorf("nft: render table inet %s: %w", rs.table.Name, err)
-	}
-	// the table in force is replaced whole: its trial rules go with it
-	trial := &nftables.Table{Family: nftables.TableFamilyINet, Name: TrialTable(rs.table.Name)}
-	c.AddTable(trial)
-	c.DelTable(trial)
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nft: apply table inet %s: %w", rs.table.Name, err)
-	}
-	return nil
+	return install(ns, s, func(c *nftables.Conn, rs *ruleset) {
+		// the table in force is replaced whole: its trial rules go with it
+		trial := &nftables.Table{Family: nftables.TableFamilyINet, Name: TrialTable(rs.table.Name)}
+		c.AddTable(trial)
+		c.DelTable(trial)
+	})
 }
 
 // LeftTrial is the drift of a trial table beside table inet <table> in

@@ -1,7 +1,6 @@
 package selftest
 
 import (
-	"bufio"
 	"context"
 	"net"
 	"net/http"
@@ -16,35 +15,20 @@ import (
 // closes (a proxy on a loaded machine, late once).
 func slowFirstProxy(t *testing.T) netip.AddrPort {
 	t.Helper()
-	l := listen(t)
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				line := req.Method + " " + req.RequestURI
-				mu.Lock()
-				first := !seen[line]
-				seen[line] = true
-				mu.Unlock()
-				if first {
-					c.Read(make([]byte, 1)) // until the probe closes
-					return
-				}
-				c.Write([]byte("HTTP/1.1 403 Forbidden\r\nX-Egressd-Deny: no-rule\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
-			}()
+	return fakeProxy(t, func(req *http.Request, c net.Conn) {
+		line := req.Method + " " + req.RequestURI
+		mu.Lock()
+		first := !seen[line]
+		seen[line] = true
+		mu.Unlock()
+		if first {
+			c.Read(make([]byte, 1)) // until the probe closes
+			return
 		}
-	}()
-	return netip.MustParseAddrPort(l.Addr().String())
+		c.Write([]byte(noRule))
+	})
 }
 
 // TestSecondLook: a probe that could not tell in its timeout (here egressd's

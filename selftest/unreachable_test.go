@@ -24,6 +24,22 @@ func outageProxy(t *testing.T) netip.AddrPort {
 // each absolute-form request with 403 no-rule.
 func connectAnswer(t *testing.T, connect string) netip.AddrPort {
 	t.Helper()
+	return fakeProxy(t, func(req *http.Request, c net.Conn) {
+		if req.Method == http.MethodConnect {
+			c.Write([]byte(connect))
+			return
+		}
+		c.Write([]byte(noRule))
+	})
+}
+
+// noRule is egressd's refusal of a request no rule allows.
+const noRule = "HTTP/1.1 403 Forbidden\r\nX-Egressd-Deny: no-rule\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+// fakeProxy reads one request from each connection and hands it to answer;
+// the connection closes when answer returns.
+func fakeProxy(t *testing.T, answer func(req *http.Request, c net.Conn)) netip.AddrPort {
+	t.Helper()
 	l := listen(t)
 	go func() {
 		for {
@@ -37,11 +53,7 @@ func connectAnswer(t *testing.T, connect string) netip.AddrPort {
 				if err != nil {
 					return
 				}
-				if req.Method == http.MethodConnect {
-					c.Write([]byte(connect))
-					return
-				}
-				c.Write([]byte("HTTP/1.1 403 Forbidden\r\nX-Egressd-Deny: no-rule\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+				answer(req, c)
 			}()
 		}
 	}()
