@@ -101,10 +101,10 @@ type Spec struct {
 	// allow: the rules' cidrs here, and the addresses the DNS filter
 	// answered for allowed names, each for its TTL (AddRedirect puts them
 	// in the table's dynamic set). Any other destination is not redirected
-	// and meets the forward chain's drop, as in a sealed box; so do
+	// and meets the forward chain's refusal, as in a sealed box; so do
 	// high-risk destinations, even inside these. IPv4 only: IPv6 is never
 	// redirected (egressd has no IPv6 transparent listener), so a
-	// sandbox's IPv6 TCP is dropped like any other.
+	// sandbox's IPv6 TCP is refused like any other.
 	RedirectCIDRs []netip.Prefix
 
 	// HighRisk destinations are dropped for sandbox traffic by a rule of

@@ -23,8 +23,8 @@
 //
 // What counts as a leak is decided per probe and written in its Expected
 // column. A refusal that comes back from the target itself (a TCP reset, an
-// ICMP port-unreachable) is a leak: the packet got there. egressd's walls drop
-// silently. UDP, ICMP and DNS probes see a leak only if the target answers, so
+// ICMP port-unreachable) is a leak: the packet got there. egressd's walls
+// answer with ICMP administratively prohibited (or drop), never a reset. UDP, ICMP and DNS probes see a leak only if the target answers, so
 // their targets must be hosts that answer (public resolvers, NTP servers, or a
 // canary of your own); a probe to a silent host proves nothing either way.
 package selftest
