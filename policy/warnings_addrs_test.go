@@ -32,7 +32,7 @@ allow:
 		{0, []netip.Addr{a("10.0.0.5")}, `allow[0] ("plain") can never allow h: it resolves only to 10.0.0.5 (private)`},
 		{0, []netip.Addr{a("10.0.0.5"), a("fd00::5")}, "10.0.0.5 (private), fd00::5 (ula)"},
 		{0, []netip.Addr{a("169.254.169.254")}, "169.254.169.254 (high-risk)"},
-		{0, []netip.Addr{a("10.0.0.5"), a("9.9.9.9")}, ""}, // one public address: dialable
+		{0, []netip.Addr{a("10.0.0.5"), a("64.0.0.1")}, ""}, // one public address: dialable
 		{0, nil, ""},
 		{1, []netip.Addr{a("10.0.0.5")}, ""}, // its cidrs unlock the block
 		{1, []netip.Addr{a("10.0.1.5")}, "10.0.1.5 (private)"},                 // outside them

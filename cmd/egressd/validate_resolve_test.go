@@ -53,7 +53,7 @@ func TestValidateNeverAllowsResolved(t *testing.T) {
 	up, queries := fakeResolver(t, map[string]string{
 		"registry.internal.example": "10.0.0.5",
 		"unlocked.internal.example": "10.0.0.6",
-		"public.example.com":        "9.9.9.9", // an answer only: validate sends nothing to it
+		"public.example.com":        "64.0.0.1", // an answer only: validate sends nothing to it
 	})
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(cfg, []byte(`version: 1
