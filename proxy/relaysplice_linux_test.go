@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"crypto/rand"
 	"io"
+	"net"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestRelayStreamSplices: a streaming tunnel direction moves its bytes
@@ -69,6 +72,9 @@ func TestRelayStreamSplices(t *testing.T) {
 			if open := relayPipesOpen.Load(); open != 0 {
 				t.Errorf("%d relay pipes open after the direction ended, want 0", open)
 			}
+			if got := notsentLowat(t, dstW); got != relayUnsent {
+				t.Errorf("TCP_NOTSENT_LOWAT of a streaming direction's destination = %d, want %d (relayUnsent)", got, relayUnsent)
+			}
 		})
 	}
 }
@@ -101,4 +107,25 @@ func TestRelaySmallReadsStayRaw(t *testing.T) {
 	if spliced := relaySplicedBytes.Load() - before; spliced != 0 {
 		t.Errorf("%d bytes of small messages spliced, want 0", spliced)
 	}
+	if got := notsentLowat(t, dstW); got != 0 {
+		t.Errorf("TCP_NOTSENT_LOWAT after small messages = %d, want 0 (only a streaming direction pays the system call)", got)
+	}
+}
+
+// notsentLowat reads c's TCP_NOTSENT_LOWAT (0: the system's default).
+func notsentLowat(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return v
 }
