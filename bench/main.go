@@ -227,9 +227,9 @@ type row struct {
 	// minutes on a shared VM, so a row's median against the direct row's
 	// compares two different moments.
 	bulkPaired float64
-	bulkErr       error
-	rss           int64 // peak (VmHWM) at the end of the row
-	err           error
+	bulkErr    error
+	rss        int64 // peak (VmHWM) at the end of the row
+	err        error
 }
 
 // compare runs every row once, in a fixed order.
@@ -332,9 +332,6 @@ func measure(o *options, or *origin, p *proxyProc, r *row, runNo int) {
 func measureBulk(o *options, c *client, pid int, r *row, proxied bool) {
 	direct := *c
 	direct.proxy = ""
-	if os.Getenv("BENCH_NOPAIR") != "" {
-		proxied = false
-	}
 	var rates, ratios []float64
 	var busy, took time.Duration
 	for range o.bulkRuns {
