@@ -116,6 +116,13 @@ func TestRelaySmallReadsStayRaw(t *testing.T) {
 
 // notsentLowat reads c's TCP_NOTSENT_LOWAT (0: the system's default).
 func notsentLowat(t *testing.T, c *net.TCPConn) int {
+	return sockInt(t, c, func(fd int) (int, error) {
+		return unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT)
+	})
+}
+
+// sockInt runs get on c's descriptor.
+func sockInt(t *testing.T, c *net.TCPConn, get func(fd int) (int, error)) int {
 	t.Helper()
 	rc, err := c.SyscallConn()
 	if err != nil {
@@ -123,7 +130,7 @@ func notsentLowat(t *testing.T, c *net.TCPConn) int {
 	}
 	var v int
 	var gerr error
-	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { v, gerr = get(int(fd)) }); err != nil {
 		t.Fatal(err)
 	}
 	if gerr != nil {
@@ -177,18 +184,5 @@ func TestRelayStalledReaderQueuesLittle(t *testing.T) {
 // outq is the bytes in c's send queue, unsent or not yet acknowledged
 // (SIOCOUTQ).
 func outq(t *testing.T, c *net.TCPConn) int {
-	t.Helper()
-	rc, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	var ierr error
-	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil {
-		t.Fatal(err)
-	}
-	if ierr != nil {
-		t.Fatal(ierr)
-	}
-	return n
+	return sockInt(t, c, func(fd int) (int, error) { return unix.IoctlGetInt(fd, unix.SIOCOUTQ) })
 }
