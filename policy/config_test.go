@@ -232,7 +232,9 @@ func FuzzConfigErrors(f *testing.F) {
 		if err == nil || !errors.As(err, &ce) {
 			return
 		}
-		lines := strings.Count(cfg, "\n") + 1
+		// YAML breaks lines at "\r\n", "\n" and a lone "\r" (YAML 1.2
+		// b-break), and yaml.v3 numbers lines so.
+		lines := strings.Count(strings.ReplaceAll(cfg, "\r\n", "\n"), "\n") + strings.Count(strings.ReplaceAll(cfg, "\r\n", ""), "\r") + 1
 		for _, e := range ce {
 			if e.Line < 0 || e.Line > lines+1 {
 				t.Fatalf("error at line %d of a %d-line config: %v", e.Line, lines, e)
