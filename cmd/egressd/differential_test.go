@@ -183,7 +183,10 @@ func agree(res checkResult, line map[string]any) string {
 		return "allowed"
 	case res.Reason == pr:
 		return ""
-	case res.Reason == policy.ReasonBadTarget.String() && (pr == "bad-request" || pr == "host-mismatch"):
+	case res.Reason == policy.ReasonBadTarget.String() && (pr == "bad-request" || pr == "host-mismatch" || pr == "not-proxy-request"):
+		// check has one word for a target it cannot parse; the proxy names
+		// what was wrong with the request that carried it (a target in
+		// asterisk or origin form, "*" or "/x", is not a proxy request)
 		return ""
 	}
 	return fmt.Sprintf("%s %s, check %s %s", pd, pr, res.Decision, res.Reason)
