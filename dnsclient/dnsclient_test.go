@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
 func TestCheck(t *testing.T) {
@@ -72,15 +74,7 @@ func TestNewQuery(t *testing.T) {
 // serve runs h on UDP and TCP of one 127.0.0.1 port.
 func serve(t *testing.T, h dns.HandlerFunc) netip.AddrPort {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		t.Skipf("TCP port of the UDP listener taken: %v", err)
-	}
+	pc, l := testutil.ListenUDPTCP(t)
 	udp, tcp := &dns.Server{PacketConn: pc, Handler: h}, &dns.Server{Listener: l, Handler: h}
 	go udp.ActivateAndServe()
 	go tcp.ActivateAndServe()

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/internal/testutil"
 	"github.com/egressd/egressd/policy"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,23 +94,7 @@ type seenQuery struct {
 func newUpstream(t testing.TB) *upstream {
 	t.Helper()
 	u := &upstream{zone: map[string][]dns.RR{}}
-	var (
-		pc  net.PacketConn
-		l   net.Listener
-		err error
-	)
-	for range 10 { // the TCP port may be taken; try another UDP port
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-			t.Fatalf("listen udp: %v", err)
-		}
-		if l, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
-			break
-		}
-		pc.Close()
-	}
-	if err != nil {
-		t.Fatalf("listen tcp: %v", err)
-	}
+	pc, l := testutil.ListenUDPTCP(t)
 	u.addr = pc.LocalAddr().(*net.UDPAddr).AddrPort()
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: u}, {Listener: l, Handler: u}} {
 		started := make(chan struct{})

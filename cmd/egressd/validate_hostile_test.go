@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/egressd/egressd/internal/testutil"
 )
 
 // hostileResolver listens on 127.0.0.1 over UDP and TCP on one port: UDP
@@ -19,15 +21,7 @@ import (
 // counted.
 func hostileResolver(t *testing.T) (addr string, udpQueries, tcpConns *atomic.Int32) {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		t.Fatal(err)
-	}
+	pc, l := testutil.ListenUDPTCP(t)
 	udpQueries, tcpConns = new(atomic.Int32), new(atomic.Int32)
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		udpQueries.Add(1)
