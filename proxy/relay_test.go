@@ -49,20 +49,7 @@ func TestRelayLargeSlowReader(t *testing.T) {
 	dstW.SetWriteBuffer(32 << 10)
 	data := make([]byte, 4<<20)
 	rand.Read(data)
-	go func() {
-		srcW.Write(data)
-		srcW.CloseWrite()
-	}()
-	type res struct {
-		n   int64
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		n, err := relay(dstW, srcR, nil)
-		dstW.CloseWrite()
-		done <- res{n, err}
-	}()
+	done := relayData(srcW, srcR, dstW, data)
 	var got bytes.Buffer
 	buf := make([]byte, 16<<10)
 	for i := 0; ; i++ {
@@ -85,6 +72,29 @@ func TestRelayLargeSlowReader(t *testing.T) {
 	if !bytes.Equal(got.Bytes(), data) {
 		t.Fatalf("relayed %d bytes differ from the %d sent", got.Len(), len(data))
 	}
+}
+
+// relayResult is what relay returned.
+type relayResult struct {
+	n   int64
+	err error
+}
+
+// relayData writes data into srcW and closes its sending side, while
+// relay copies srcR to dstW and then closes dstW's sending side; the
+// channel gets relay's result.
+func relayData(srcW, srcR, dstW *net.TCPConn, data []byte) <-chan relayResult {
+	go func() {
+		srcW.Write(data)
+		srcW.CloseWrite()
+	}()
+	done := make(chan relayResult, 1)
+	go func() {
+		n, err := relay(dstW, srcR, nil)
+		dstW.CloseWrite()
+		done <- relayResult{n, err}
+	}()
+	return done
 }
 
 // TestRelayPeerGone: when the destination's peer resets, the relay stops

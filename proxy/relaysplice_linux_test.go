@@ -35,20 +35,7 @@ func TestRelayStreamSplices(t *testing.T) {
 			data := make([]byte, 8<<20)
 			rand.Read(data)
 			before := relaySplicedBytes.Load()
-			go func() {
-				srcW.Write(data)
-				srcW.CloseWrite()
-			}()
-			type res struct {
-				n   int64
-				err error
-			}
-			done := make(chan res, 1)
-			go func() {
-				n, err := relay(dstW, srcR, nil)
-				dstW.CloseWrite()
-				done <- res{n, err}
-			}()
+			done := relayData(srcW, srcR, dstW, data)
 			got := make([]byte, 0, len(data))
 			buf := make([]byte, tc.slowChunk)
 			for {
