@@ -1,7 +1,9 @@
 //go:build linux
 
-// Command bench runs egressd side by side with Squid, tinyproxy and
-// smokescreen on 127.0.0.1 and prints one Markdown table per run, then the
+// Command bench runs egressd side by side with Squid, tinyproxy,
+// smokescreen and the Go floor (bench/gofloor, a proxy with no policy on
+// Go's standard runtime) on 127.0.0.1 and prints one Markdown table per
+// run, then the
 // egressd-only scale runs (10,000 idle tunnels; a 1,000,000-host policy).
 // Every proxy gets the same Go origin (this process), the same allowlist
 // (only that origin) and the same load generator (this process); each
@@ -32,6 +34,7 @@ import (
 
 type options struct {
 	egressd, squid, tinyproxy, smokescreen string
+	gofloor                                string
 	proxyCPU                               int
 	warm, dur                              time.Duration
 	conns, tunnelConns, bulkRuns           int
@@ -62,6 +65,7 @@ func main() {
 	flag.StringVar(&o.squid, "squid", "squid", "squid binary; empty skips it")
 	flag.StringVar(&o.tinyproxy, "tinyproxy", "tinyproxy", "tinyproxy binary; empty skips it")
 	flag.StringVar(&o.smokescreen, "smokescreen", "", "smokescreen binary; empty skips it")
+	flag.StringVar(&o.gofloor, "gofloor", "", "the bench's Go floor proxy (go build ./bench/gofloor); empty skips it")
 	flag.IntVar(&o.proxyCPU, "proxy-cpu", 0, "CPU the proxy under test is pinned to (taskset)")
 	flag.DurationVar(&o.warm, "warmup", time.Second, "warm-up before each measured phase")
 	flag.DurationVar(&o.dur, "duration", 5*time.Second, "each measured phase")
@@ -69,7 +73,7 @@ func main() {
 	flag.IntVar(&o.tunnelConns, "tunnel-conns", 8, "concurrent CONNECT+TLS+GET loops")
 	flag.Float64Var(&o.rate, "rate", 4000, "HTTP requests per second of the fixed-rate (open-loop) latency phase, below every proxy's capacity")
 	flag.IntVar(&o.runs, "runs", 1, "full side-by-side runs (each prints its table)")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: direct, squid, tinyproxy, smokescreen, egressd, egressd-inspected, and the scale runs: tunnels, policy (or scale for both)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: direct, squid, tinyproxy, smokescreen, go-floor, egressd, egressd-inspected, and the scale runs: tunnels, policy (or scale for both)")
 	flag.BoolVar(&o.scale, "scale", true, "run the egressd scale runs after the comparison")
 	flag.IntVar(&o.tunnels, "tunnels", 10000, "idle tunnels in the scale run")
 	flag.DurationVar(&o.hold, "hold", 30*time.Second, "how long the idle tunnels are held")
@@ -247,6 +251,9 @@ func compare(o *options, or *origin, dir string, runNo int) []row {
 	}
 	if o.smokescreen != "" {
 		specs = append(specs, spec{"smokescreen", "peer", func() (*proxyProc, error) { return startSmokescreen(or, dir, o.proxyCPU, o.smokescreen) }})
+	}
+	if o.gofloor != "" {
+		specs = append(specs, spec{"go-floor", "peer", func() (*proxyProc, error) { return startGoFloor(or, dir, o.proxyCPU, o.gofloor) }})
 	}
 	specs = append(specs,
 		spec{"egressd", "egressd", func() (*proxyProc, error) {
@@ -646,7 +653,7 @@ func printMedians(w io.Writer, runs [][]row) {
 	fmt.Fprintln(w, "| figure | proxy | median | lowest–highest | runs |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|")
 	egCPU, _, _, _ := figure("egressd", cpu)
-	for _, name := range []string{"egressd", "tinyproxy", "squid", "smokescreen"} {
+	for _, name := range []string{"egressd", "tinyproxy", "squid", "smokescreen", "go-floor"} {
 		if m, lo, hi, n := figure(name, cpu); n > 0 {
 			fmt.Fprintf(w, "| CPU µs per new spliced tunnel | %s | %.0f | %.0f–%.0f | %d |\n", name, m, lo, hi, n)
 		}
@@ -658,6 +665,12 @@ func printMedians(w io.Writer, runs [][]row) {
 	fmt.Fprintln(w)
 	if tp, _, _, n := figure("tinyproxy", cpu); n > 0 && egCPU > 0 {
 		fmt.Fprintf(w, "Goal: CPU per new spliced tunnel ≤ tinyproxy's, medians: %.0f µs against %.0f µs (%.2f×) %s.\n", egCPU, tp, egCPU/tp, okIf(true, egCPU <= tp))
+	}
+	if fl, _, _, n := figure("go-floor", cpu); n > 0 && egCPU > 0 {
+		fmt.Fprintf(w, "Against the Go floor (bench/gofloor: net/http's parser, Go's poller, io.Copy, no policy): egressd %.0f µs, floor %.0f µs (%.2f×).\n", egCPU, fl, egCPU/fl)
+		if tp, _, _, n := figure("tinyproxy", cpu); n > 0 {
+			fmt.Fprintf(w, "The floor itself costs %.2f× tinyproxy's CPU per tunnel.\n", fl/tp)
+		}
 	}
 	if bulkN > 0 {
 		fmt.Fprintf(w, "Goal: bulk ≥ %.2f of direct, median: %.2f %s.\n", bulkGoal, egBulk, okIf(true, egBulk >= bulkGoal))

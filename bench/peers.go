@@ -405,3 +405,19 @@ func firstLine(bin string, args ...string) string {
 func dialProxy(addr string) (net.Conn, error) {
 	return net.DialTimeout("tcp", addr, 5*time.Second)
 }
+
+// startGoFloor runs the bench's Go floor proxy (bench/gofloor): what a
+// forward proxy on Go's standard runtime costs with no policy at all.
+func startGoFloor(o *origin, dir string, cpu int, bin string) (*proxyProc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startPinned(o, dir, "go-floor", cpu, addr, nil, bin, "-listen", addr)
+	if err != nil {
+		return nil, err
+	}
+	p.version = firstLine(bin, "-v")
+	return p, nil
+}

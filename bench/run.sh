@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# egressd side by side with Squid, tinyproxy and smokescreen, on loopback in
+# egressd side by side with Squid, tinyproxy, smokescreen and the Go floor
+# (bench/gofloor: a proxy with no policy on Go's standard runtime), on loopback in
 # a network namespace of its own; prints the Markdown report on stdout
 # (progress on stderr). Installs the peers at run time (apt-get for squid and
 # tinyproxy, go install for smokescreen into a temporary directory), builds
@@ -48,6 +49,7 @@ echo "bench: building egressd and the bench; go install smokescreen@$smk" >&2
 GOBIN="$tmp/bin" go install "github.com/stripe/smokescreen@$smk" >&2
 go build -o "$tmp/bin/egressd" ./cmd/egressd
 go build -o "$tmp/bin/bench" ./bench
+go build -o "$tmp/bin/gofloor" ./bench/gofloor
 
 # 10,000 idle tunnels take 20,000 descriptors in egressd: raise the limit as
 # far as this machine lets (the bench says when it has to use fewer).
@@ -61,4 +63,4 @@ unshare --net -- sh -c '
 	ip link set lo up
 	echo "1024 65535" > /proc/sys/net/ipv4/ip_local_port_range
 	exec taskset -c 1 "$@"
-' bench "$tmp/bin/bench" -egressd-version "egressd $(git describe --always --dirty 2>/dev/null || echo devel)" -egressd "$tmp/bin/egressd" -squid "$squid" -tinyproxy "$tinyproxy" -smokescreen "$tmp/bin/smokescreen" -proxy-cpu 0 "$@"
+' bench "$tmp/bin/bench" -egressd-version "egressd $(git describe --always --dirty 2>/dev/null || echo devel)" -egressd "$tmp/bin/egressd" -squid "$squid" -tinyproxy "$tinyproxy" -smokescreen "$tmp/bin/smokescreen" -gofloor "$tmp/bin/gofloor" -proxy-cpu 0 "$@"

@@ -69,6 +69,7 @@ var allowed = map[string][]string{
 	"cmd/egressd":      {anyPackage},
 	"bench":            {anyPackage},
 	"bench/faults/m17": {},
+	"bench/gofloor":    {},
 	"examples/origin":  {}, // the quick start's local site: imports none of ours
 
 	"internal/archtest": {},
