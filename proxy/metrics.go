@@ -10,6 +10,7 @@ type metrics struct {
 	bytesIn         prometheus.Counter // bytes{direction="in"}, looked up once
 	bytesOut        prometheus.Counter
 	tunnels         prometheus.Gauge
+	streamed        prometheus.Counter
 	decisionLatency prometheus.Histogram
 	probes          *prometheus.CounterVec // probe traffic, by its own identity
 	tools           *prometheus.CounterVec // agent requests made by the tool endpoint (also in requests)
@@ -32,6 +33,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tunnels: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressd_open_tunnels", Help: "Tunnels open now (CONNECT and transparent TLS).",
 		}),
+		streamed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "egressd_tunnels_streamed_total", Help: "Spliced tunnels that streamed and went from the quiet-tunnel loop to a goroutine relay (Linux).",
+		}),
 		decisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "egressd_decision_seconds", Help: "Time from request to policy decision.",
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 0.1},
@@ -52,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.probes = newProbeMetric()
 	m.bytesIn, m.bytesOut = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.decisionLatency, m.responsesCut, m.shed, m.acceptErrors, m.probes, m.tools)
+		reg.MustRegister(m.requests, m.highRisk, m.bytes, m.tunnels, m.streamed, m.decisionLatency, m.responsesCut, m.shed, m.acceptErrors, m.probes, m.tools)
 	}
 	return m
 }

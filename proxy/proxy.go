@@ -164,6 +164,8 @@ type Proxy struct {
 
 	book tunnelBook // tunnels whose close record is not written yet
 
+	loops tunnelLoops // relay quiet spliced tunnels (nil: goroutines only)
+
 	mu      sync.Mutex
 	self    map[netip.AddrPort]bool // egressd's own listeners (proxy loop)
 	servers []*http.Server
@@ -260,6 +262,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		return goproxy.RejectConnect, host
 	})
 	x.gp = gp
+	x.loops = processLoops(cfg.Logger)
 	return x
 }
 

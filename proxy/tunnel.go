@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/policy"
@@ -62,6 +63,25 @@ type tunnel struct {
 	recordClose func()
 	ids         []string
 	once        sync.Once
+	// tracked is what the tracker holds: closing it closes client and,
+	// once a loop relays the tunnel, the loop's sockets (cut).
+	tracked *trackedConn
+	cut     atomic.Pointer[func()]
+}
+
+// trackedConn is a tunnel as the tracker holds it: a quarantine, a
+// reload's re-decision and the drain close it.
+type trackedConn struct {
+	net.Conn // the tunnel's client connection
+	tn       *tunnel
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	if cut := c.tn.cut.Load(); cut != nil {
+		(*cut)()
+	}
+	return err
 }
 
 // openTunnel is where every tunnel opens: it is tracked under each of
@@ -78,8 +98,9 @@ func (x *Proxy) openTunnel(tn *tunnel) {
 	tn.ids = rq.names()
 	x.m.tunnels.Inc()
 	x.mem.opened()
+	tn.tracked = &trackedConn{Conn: tn.client, tn: tn}
 	for _, id := range tn.ids {
-		x.ids.addTunnel(id, tn.client, rq)
+		x.ids.addTunnel(id, tn.tracked, rq)
 	}
 	tn.recordClose = x.tunnelOpened(context.Background(), rq)
 }
@@ -94,7 +115,7 @@ func (x *Proxy) closeTunnel(tn *tunnel) {
 			tn.up.Close()
 		}
 		for _, id := range tn.ids {
-			x.ids.removeTunnel(id, tn.client)
+			x.ids.removeTunnel(id, tn.tracked)
 		}
 		x.m.tunnels.Dec()
 		if tn.release != nil {
@@ -114,12 +135,12 @@ func (x *Proxy) closeTunnel(tn *tunnel) {
 // with its deep stack and buffers, ends. A transparent connection's
 // goroutine is its tunnel's from the start.
 func (x *Proxy) runTunnel(ctx context.Context, tn *tunnel) {
-	defer x.closeTunnel(tn)
 	if tn.rq.d.Inspect {
 		x.inspect(ctx, tn)
-	} else if x.admitHello(ctx, tn) {
-		x.splice(ctx, tn)
+	} else if x.admitHello(ctx, tn) && x.splice(ctx, tn) {
+		return // a loop relays it and closes it at its end
 	}
+	x.closeTunnel(tn)
 }
 
 // admitHello runs a spliced tunnel's ClientHello checks, once: on a TLS
@@ -150,9 +171,11 @@ func (x *Proxy) cut(ctx context.Context, rq *request, reason policy.Reason, deta
 
 // splice runs a host-only tunnel whose ClientHello passed admitHello:
 // dial unless the front did, replay the bytes already read upstream and
-// copy both ways (relay: read and write with a buffer held only while
-// data flows).
-func (x *Proxy) splice(ctx context.Context, tn *tunnel) {
+// copy both ways: in a loop while the tunnel is quiet (loop_linux.go),
+// and by the goroutine relay (relay: read and write with a buffer held
+// only while data flows, splice while it streams) otherwise. looped
+// reports a tunnel a loop took: it logs and closes the tunnel at its end.
+func (x *Proxy) splice(ctx context.Context, tn *tunnel) (looped bool) {
 	rq := tn.rq
 	if tn.up == nil {
 		p := x.Policy()
@@ -162,20 +185,39 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) {
 			reason, detail := dialRefusal(rq, err)
 			rq.d.Allow = false
 			x.logDecisionReason(ctx, rq, reason.Status(), reason, detail, 0, 0)
-			return
+			return false
 		}
 		tn.up, rq.upAddr = up, upAddr
 	}
 	if len(tn.pre) > 0 {
 		if _, err := tn.up.Write(tn.pre); err != nil {
-			return
+			return false
 		}
 	}
 	sent := int64(len(tn.pre))
 	tn.pre, tn.hello = nil, nil // an idle tunnel keeps nothing it does not need
 	idle := x.Policy().Limits.IdleTimeout
+	if p := x.loops.pair(idle, func(out, in int64, idled bool) {
+		x.spliced(ctx, tn, out+sent, in, idled, idle)
+		x.closeTunnel(tn)
+	}, x.m.streamed.Inc); p != nil {
+		// The cut is in place before the sockets move: a close from
+		// the tracker while they do is not lost (loopPair.cut).
+		cut := p.cut
+		tn.cut.Store(&cut)
+		if p.adopt(tn.raw, tn.up) {
+			return true
+		}
+		tn.cut.Store(nil)
+	}
 	out, in, idled := pipe(tn.raw, tn.up, idle) // the raw socket: relay reads it directly
-	out += sent
+	x.spliced(ctx, tn, out+sent, in, idled, idle)
+	return false
+}
+
+// spliced counts and logs the end of a spliced tunnel.
+func (x *Proxy) spliced(ctx context.Context, tn *tunnel, out, in int64, idled bool, idle time.Duration) {
+	rq := tn.rq
 	x.m.bytesOut.Add(float64(out))
 	x.m.bytesIn.Add(float64(in))
 	if ci := rq.cutBy.Load(); ci != nil {
@@ -339,15 +381,40 @@ func sniMatches(t *policy.Target, sni string) bool {
 // closes both connections when neither carried a byte for idle (<= 0: no
 // limit) and then reports idled.
 func pipe(client, up net.Conn, idle time.Duration) (out, in int64, idled bool) {
+	return pipeFrom(client, up, idle, halfPipe{}, halfPipe{})
+}
+
+// halfPipe is where a direction of a tunnel a loop handed back stands:
+// bytes read but not yet written (first out), or ended already.
+type halfPipe struct {
+	pre  []byte
+	done bool
+}
+
+// pipeFrom is pipe for a tunnel a loop relayed until it streamed; out
+// and in count the pre bytes written too.
+func pipeFrom(client, up net.Conn, idle time.Duration, toUp, toClient halfPipe) (out, in int64, idled bool) {
 	w := newIdleWatch(idle, func() { client.Close(); up.Close() })
+	half := func(dst, src net.Conn, h halfPipe) int64 {
+		var n int64
+		if len(h.pre) > 0 {
+			m, err := dst.Write(h.pre)
+			n += int64(m)
+			h.done = h.done || err != nil
+		}
+		if !h.done {
+			m, _ := relay(dst, src, w)
+			n += m
+		}
+		closeWrite(dst)
+		return n
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		out, _ = relay(up, client, w)
-		closeWrite(up)
+		out = half(up, client, toUp)
 	}()
-	in, _ = relay(client, up, w)
-	closeWrite(client)
+	in = half(client, up, toClient)
 	<-done
 	return out, in, w.stop()
 }
