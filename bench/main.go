@@ -253,7 +253,8 @@ func compare(o *options, or *origin, dir string, runNo int) []row {
 		specs = append(specs, spec{"smokescreen", "peer", func() (*proxyProc, error) { return startSmokescreen(or, dir, o.proxyCPU, o.smokescreen) }})
 	}
 	if o.gofloor != "" {
-		specs = append(specs, spec{"go-floor", "peer", func() (*proxyProc, error) { return startGoFloor(or, dir, o.proxyCPU, o.gofloor) }})
+		// Not a peer: what Go's own runtime costs, beside the goals.
+		specs = append(specs, spec{"go-floor", "floor", func() (*proxyProc, error) { return startGoFloor(or, dir, o.proxyCPU, o.gofloor) }})
 	}
 	specs = append(specs,
 		spec{"egressd", "egressd", func() (*proxyProc, error) {
@@ -281,7 +282,7 @@ func compare(o *options, or *origin, dir string, runNo int) []row {
 			}
 			track(p)
 			r.version = p.version
-			if s.kind != "peer" && o.egressdVersion != "" {
+			if (s.kind == "egressd" || s.kind == "inspected") && o.egressdVersion != "" {
 				r.version = o.egressdVersion
 			}
 		}
