@@ -218,6 +218,11 @@ type outConn struct {
 	once  sync.Once
 }
 
+// closeSocket closes the Go descriptor only: a loop relays the socket
+// through a duplicate (loop_linux.go), and the tunnel is open, so its
+// local address stays known (ViaProxy) until Close at the tunnel's end.
+func (c *outConn) closeSocket() error { return c.TCPConn.Close() }
+
 func (c *outConn) Close() error {
 	c.once.Do(func() {
 		c.o.mu.Lock()

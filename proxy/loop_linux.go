@@ -127,6 +127,8 @@ type loopPair struct {
 	a, b loopEnd     // a: the client, b: the upstream
 	idle *idleWatch
 
+	stay bool // a hand-back failed: the loop relays the pair to its end
+
 	mu     sync.Mutex
 	state  int
 	cutAsk bool        // cut before the sockets were in place
@@ -186,8 +188,8 @@ func (p *loopPair) adopt(client, up net.Conn) bool {
 	p.a.peer, p.b.peer = &p.b, &p.a
 	// The duplicates keep the sockets open; Go's descriptors go, and
 	// with them their poll descriptors.
-	client.Close()
-	up.Close()
+	closeGoSocket(client)
+	closeGoSocket(up)
 	p.idle = newIdleWatch(p.timeout, p.cut)
 	p.a.mask = unix.EPOLLIN | unix.EPOLLRDHUP
 	p.b.mask = p.a.mask
@@ -217,6 +219,18 @@ func (p *loopPair) adopt(client, up net.Conn) bool {
 		l.finish(p)
 	}
 	return true
+}
+
+// closeGoSocket closes c's Go descriptor. A connection whose Close does
+// more than that (outConn: it forgets the local address ViaProxy checks)
+// closes only the socket here; the rest waits for the tunnel's end
+// (closeTunnel), as the socket lives on in the loop.
+func closeGoSocket(c net.Conn) {
+	if s, ok := c.(interface{ closeSocket() error }); ok {
+		s.closeSocket()
+		return
+	}
+	c.Close()
 }
 
 // dupFD duplicates rc's descriptor (close-on-exec; it shares the socket
@@ -313,8 +327,7 @@ func (l *tunnelLoop) event(e *loopEnd, ev uint32) {
 		l.flush(e)
 	}
 	if !e.eof && e.peer.pend == nil && ev&evRead != 0 {
-		if hot := l.read(e); hot {
-			l.handBack(p)
+		if hot := l.read(e); hot && l.handBack(p) {
 			return
 		}
 	}
@@ -346,7 +359,7 @@ func (l *tunnelLoop) read(e *loopEnd) (hot bool) {
 		return false
 	}
 	e.p.idle.touch()
-	if int(n) >= relayHot {
+	if int(n) >= relayHot && !e.p.stay {
 		e.peer.pend = append([]byte(nil), b[:n]...)
 		return true
 	}
@@ -445,45 +458,66 @@ func (l *tunnelLoop) finish(p *loopPair) {
 	l.forget(p)
 	p.mu.Lock()
 	p.state = pairDone
-	unix.Close(p.a.fd) // closing removes them from the epoll set
-	unix.Close(p.b.fd)
+	// Out of the set first: a close takes a socket out only with its
+	// last reference, and another (a child between fork and exec) would
+	// leave an item whose hang-up is reported on every wait.
+	for _, e := range []*loopEnd{&p.a, &p.b} {
+		if e.inSet {
+			unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, e.fd, nil)
+		}
+		unix.Close(e.fd)
+	}
 	p.mu.Unlock()
 	idled := p.idle.stop()
 	go p.done(p.a.n, p.b.n, idled)
 }
 
 // handBack (l.mu held) gives a streaming pair to the goroutine relay:
-// its sockets leave the loop and become Go connections again
-// (net.FileConn), and pipeFrom runs the rest of the tunnel, the bytes the
-// loop read and did not write first.
-func (l *tunnelLoop) handBack(p *loopPair) {
+// its sockets become Go connections again (net.FileConn), leave the loop,
+// and pipeFrom runs the rest of the tunnel, the bytes the loop read and
+// did not write first. It reports false when the connections cannot be
+// made (out of descriptors: FileConn duplicates): the pair then stays in
+// the loop for good, which relays what it read as any other bytes — an
+// open tunnel is not cut for want of a descriptor.
+func (l *tunnelLoop) handBack(p *loopPair) bool {
+	client, err := fileConn(p.a.fd)
+	if err != nil {
+		p.stay = true
+		return false
+	}
+	up, err := fileConn(p.b.fd)
+	if err != nil {
+		client.Close()
+		p.stay = true
+		return false
+	}
 	l.forget(p)
-	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, p.a.fd, nil)
-	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, p.b.fd, nil)
+	for _, e := range []*loopEnd{&p.a, &p.b} {
+		if e.inSet {
+			unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, e.fd, nil)
+		}
+	}
 	p.mu.Lock()
 	p.state = pairHot
+	p.hot = [2]net.Conn{client, up}
+	cut := p.cutAsk
 	p.mu.Unlock()
+	// The Go connections hold their own descriptors of the sockets.
+	unix.Close(p.a.fd)
+	unix.Close(p.b.fd)
 	p.idle.stop()
 	if p.streamed != nil {
 		p.streamed()
 	}
-	go p.relayHot()
+	go p.relayHot(client, up, cut)
+	return true
 }
 
 // relayHot runs a handed-back pair on the goroutine relay to its end.
-func (p *loopPair) relayHot() {
-	client, errA := fileConn(p.a.fd)
-	up, errB := fileConn(p.b.fd)
-	p.mu.Lock()
-	p.hot = [2]net.Conn{client, up}
-	cut := p.cutAsk
-	p.mu.Unlock()
-	if errA != nil || errB != nil || cut {
-		for _, c := range []net.Conn{client, up} {
-			if c != nil {
-				c.Close()
-			}
-		}
+func (p *loopPair) relayHot(client, up net.Conn, cut bool) {
+	if cut {
+		client.Close()
+		up.Close()
 		p.done(p.a.n, p.b.n, false)
 		return
 	}
@@ -498,11 +532,15 @@ func (p *loopPair) relayHot() {
 	p.done(p.a.n+o, p.b.n+i, idled)
 }
 
-// fileConn makes a Go connection of a loop's descriptor (which it closes:
-// net.FileConn keeps a duplicate).
+// fileConn makes a Go connection of a socket the loop holds, on a
+// descriptor of its own (fd stays the loop's).
 func fileConn(fd int) (net.Conn, error) {
-	f := os.NewFile(uintptr(fd), "tunnel")
-	defer f.Close()
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	f := os.NewFile(uintptr(dup), "tunnel")
+	defer f.Close() // net.FileConn keeps a duplicate of its own
 	c, err := net.FileConn(f)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel socket back to Go: %w", err)
