@@ -166,6 +166,10 @@ type Proxy struct {
 
 	loops tunnelLoops // relay quiet spliced tunnels (nil: goroutines only)
 
+	// beforeRelay, when tests set it, runs as splice starts: between a
+	// tunnel's ClientHello checks and its relay.
+	beforeRelay func()
+
 	mu      sync.Mutex
 	self    map[netip.AddrPort]bool // egressd's own listeners (proxy loop)
 	servers []*http.Server

@@ -64,9 +64,11 @@ type tunnel struct {
 	ids         []string
 	once        sync.Once
 	// tracked is what the tracker holds: closing it closes client and,
-	// once a loop relays the tunnel, the loop's sockets (cut).
+	// once splice set it, runs cut (closes the upstream, or the loop's
+	// sockets); stopped tells a splice that had not set cut yet.
 	tracked *trackedConn
 	cut     atomic.Pointer[func()]
+	stopped atomic.Bool
 }
 
 // trackedConn is a tunnel as the tracker holds it: a quarantine, a
@@ -77,11 +79,25 @@ type trackedConn struct {
 }
 
 func (c *trackedConn) Close() error {
+	c.tn.stopped.Store(true)
 	err := c.Conn.Close()
 	if cut := c.tn.cut.Load(); cut != nil {
 		(*cut)()
 	}
 	return err
+}
+
+// onCut makes f what a close by the tracker runs, and reports false
+// (having run f) when the tracker closed the tunnel already. Paired with
+// Close's store-then-load, f runs at least once for any close: a relay
+// never waits on an upstream the tracker meant to close. f may run twice.
+func (tn *tunnel) onCut(f func()) bool {
+	tn.cut.Store(&f)
+	if tn.stopped.Load() {
+		f()
+		return false
+	}
+	return true
 }
 
 // openTunnel is where every tunnel opens: it is tracked under each of
@@ -177,6 +193,9 @@ func (x *Proxy) cut(ctx context.Context, rq *request, reason policy.Reason, deta
 // reports a tunnel a loop took: it logs and closes the tunnel at its end.
 func (x *Proxy) splice(ctx context.Context, tn *tunnel) (looped bool) {
 	rq := tn.rq
+	if x.beforeRelay != nil {
+		x.beforeRelay()
+	}
 	if tn.up == nil {
 		p := x.Policy()
 		dctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
@@ -189,6 +208,16 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) (looped bool) {
 		}
 		tn.up, rq.upAddr = up, upAddr
 	}
+	idle := x.Policy().Limits.IdleTimeout
+	// From here a close by the tracker (a quarantine, a reload's
+	// re-decision, the drain) closes the upstream too: closing the
+	// client alone would leave the relay waiting on a silent upstream.
+	up := tn.up
+	closeUp := func() { up.Close() }
+	if !tn.onCut(closeUp) {
+		x.spliced(ctx, tn, 0, 0, false, idle)
+		return false
+	}
 	if len(tn.pre) > 0 {
 		if _, err := tn.up.Write(tn.pre); err != nil {
 			return false
@@ -196,19 +225,19 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) (looped bool) {
 	}
 	sent := int64(len(tn.pre))
 	tn.pre, tn.hello = nil, nil // an idle tunnel keeps nothing it does not need
-	idle := x.Policy().Limits.IdleTimeout
 	if p := x.loops.pair(idle, func(out, in int64, idled bool) {
 		x.spliced(ctx, tn, out+sent, in, idled, idle)
 		x.closeTunnel(tn)
 	}, x.m.streamed.Inc); p != nil {
-		// The cut is in place before the sockets move: a close from
-		// the tracker while they do is not lost (loopPair.cut).
-		cut := p.cut
-		tn.cut.Store(&cut)
-		if p.adopt(tn.raw, tn.up) {
+		// The loop's cut is in place before the sockets move: a close
+		// from the tracker while they do is not lost (loopPair.cut).
+		if tn.onCut(p.cut) && p.adopt(tn.raw, tn.up) {
 			return true
 		}
-		tn.cut.Store(nil)
+		if !tn.onCut(closeUp) { // adopt failed, maybe on a closed client
+			x.spliced(ctx, tn, sent, 0, false, idle)
+			return false
+		}
 	}
 	out, in, idled := pipe(tn.raw, tn.up, idle) // the raw socket: relay reads it directly
 	x.spliced(ctx, tn, out+sent, in, idled, idle)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -343,5 +344,56 @@ func TestConnLimitAcrossUserLabels(t *testing.T) {
 	}
 	if open != 2 {
 		t.Errorf("%d tunnels open from one address with changing user labels, want 2 (conns_per_identity)", open)
+	}
+}
+
+// TestCloseBeforeRelayClosesUpstream: a quarantine or the drain's close
+// that lands after a tunnel's ClientHello checks but before its relay runs
+// closed only the client side; the relay then waited on an upstream that
+// said nothing, the tunnel stayed open (no close record) and Drain waited
+// for it.
+func TestCloseBeforeRelayClosesUpstream(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		close func(x *Proxy)
+	}{
+		{"quarantine", func(x *Proxy) { x.Quarantine("agent-a") }},
+		{"drain", func(x *Proxy) { x.ids.closeAll() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, testConfig, testNames)
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			go func() { // an upstream that never speaks and never closes
+				c, err := l.Accept()
+				if err == nil {
+					t.Cleanup(func() { c.Close() })
+				}
+			}()
+			closed := make(chan struct{})
+			h.px.beforeRelay = func() { tc.close(h.px); close(closed) }
+			_, port := splitPort(l.Addr().String())
+			c, err := net.Dial("tcp", h.proxyURL.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "CONNECT ssh.test:%s HTTP/1.1\r\nHost: ssh.test\r\nProxy-Authorization: Basic %s\r\n\r\n", port, basic("agent-a"))
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			select {
+			case <-closed:
+			case <-ctx.Done():
+				t.Fatal("the tunnel never reached its relay")
+			}
+			if err := h.px.waitTunnels(ctx); err != nil {
+				t.Fatalf("%d tunnel(s) still open 3 s after the %s closed them: the relay waits on a silent upstream", h.px.OpenTunnels(), tc.name)
+			}
+		})
 	}
 }
