@@ -106,16 +106,18 @@ func (r *runner) h2cUpgrade(ctx context.Context) outcome {
 	return errored(res, "the request was refused before the upgrade check: selftest needs an inspected host whose rule allows GET /")
 }
 
-// askedSlack is how much longer than a deadline the probe asked for (and
-// egressd said it applies) the silent-tunnel probe waits.
+// askedSlack is how much later than a deadline the probe asked for (and
+// egressd said it applies) a close is reported as late.
 const askedSlack = time.Second
 
 // silentTunnel opens a tunnel and sends nothing: the proxy must close it
 // within SilentDeadline, or one client can hold descriptors for ever.
 // With SilentAsk it asks for that shorter deadline (egressd can only
-// shorten a tunnel's wait); when the 200 says the shorter deadline
-// applies, the probe holds the proxy to it and is done in a fraction of a
-// second. A proxy that does not say so is held to SilentDeadline.
+// shorten a tunnel's wait), so a sealed box is proven in a fraction of a
+// second. A close later than the deadline the 200 said applies, but
+// within SilentDeadline, passes with the lateness said: on a loaded
+// machine timers fire late, and a proof that cries wolf there is
+// switched off. Only a tunnel still open after SilentDeadline is a leak.
 func (r *runner) silentTunnel(ctx context.Context) outcome {
 	start := time.Now()
 	var extra http.Header
@@ -131,10 +133,11 @@ func (r *runner) silentTunnel(ctx context.Context) outcome {
 		return tunnelNotOpened(resp, "the handshake deadline", "an allowed host:port")
 	}
 	deadline, slack := r.c.SilentDeadline, silentSlack
+	var asked time.Duration
 	if d, err := time.ParseDuration(resp.hello); err == nil && d > 0 && d < deadline {
-		deadline, slack = d, askedSlack
+		asked = d
 	}
-	c.SetReadDeadline(start.Add(deadline + slack)) // a proxy that says so and does not cut is judged then
+	c.SetReadDeadline(start.Add(deadline + slack))
 	_, err = br.ReadByte()
 	took := time.Since(start).Round(10 * time.Millisecond)
 	var ne net.Error
@@ -145,6 +148,8 @@ func (r *runner) silentTunnel(ctx context.Context) outcome {
 		return leak("still open", fmt.Sprintf("a tunnel that sent nothing was still open after %s: silent tunnels hold descriptors for ever", took))
 	case took > deadline+slack:
 		return leak(fmt.Sprintf("closed after %s", took), fmt.Sprintf("closed later than its deadline of %s", deadline))
+	case asked > 0 && took > asked+askedSlack:
+		return pass(fmt.Sprintf("closed after %s, later than the %s the proxy said applies (deadline %s)", took, asked, deadline))
 	}
 	return pass(fmt.Sprintf("closed after %s (deadline %s)", took, deadline))
 }
