@@ -139,11 +139,16 @@ func (r *runner) silentTunnel(ctx context.Context) outcome {
 	}
 	c.SetReadDeadline(start.Add(deadline + slack))
 	_, err = br.ReadByte()
-	took := time.Since(start).Round(10 * time.Millisecond)
+	elapsed := time.Since(start)
+	took := elapsed.Round(10 * time.Millisecond)
 	var ne net.Error
 	switch {
 	case err == nil:
 		return errored("answered", "the far end spoke first in a silent tunnel: the probe cannot tell")
+	case (errors.As(err, &ne) && ne.Timeout() || ctx.Err() != nil) && elapsed < deadline:
+		// The run ended first (a shutdown, a shorter run deadline):
+		// open before its deadline proves nothing.
+		return errored("cut short", fmt.Sprintf("the run ended after %s, before the tunnel's deadline of %s: the probe cannot tell", took, deadline))
 	case errors.As(err, &ne) && ne.Timeout(), ctx.Err() != nil:
 		return leak("still open", fmt.Sprintf("a tunnel that sent nothing was still open after %s: silent tunnels hold descriptors for ever", took))
 	case took > deadline+slack:

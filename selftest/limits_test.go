@@ -218,15 +218,31 @@ func TestSilentTunnelSaysSo(t *testing.T) {
 			t.Errorf("%s: %s %s (%s) in %v, want a leak", r.ID, r.Status, r.Result, r.Detail, r.Duration)
 		}
 	})
+	t.Run("run cancelled before the deadline", func(t *testing.T) {
+		t.Parallel()
+		// The run ends (a shutdown) while the tunnel is open and
+		// before its deadline: nothing is proven either way.
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		r := silentProbeCtx(ctx, t, saysSo(0), 500*time.Millisecond)
+		if r.Status != Error {
+			t.Errorf("%s: %s %s (%s) in %v, want an error (cut short)", r.ID, r.Status, r.Result, r.Detail, r.Duration)
+		}
+	})
 }
 
 // silentProbe runs the silent-tunnel probe alone through proxyAddr, asking
 // for 250 ms and holding the proxy to deadline.
 func silentProbe(t *testing.T, proxyAddr string, deadline time.Duration) Result {
 	t.Helper()
+	return silentProbeCtx(t.Context(), t, proxyAddr, deadline)
+}
+
+func silentProbeCtx(ctx context.Context, t *testing.T, proxyAddr string, deadline time.Duration) Result {
+	t.Helper()
 	origin := listen(t) // never reached: the tunnel stays silent
 	var d net.Dialer
-	rep, err := Run(t.Context(), Config{Proxy: netip.MustParseAddrPort(proxyAddr), Dial: d.DialContext,
+	rep, err := Run(ctx, Config{Proxy: netip.MustParseAddrPort(proxyAddr), Dial: d.DialContext,
 		SilentHost: origin.Addr().String(), SilentDeadline: deadline, SilentAsk: 250 * time.Millisecond})
 	if err != nil || len(rep.Results) != 1 {
 		t.Fatalf("run: %v %+v", err, rep)
