@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +45,30 @@ func (p *probeClient) client(proxyAddr string) *http.Client {
 			return c, err
 		},
 	}}
+}
+
+// connectStatus is the status egressd answers a CONNECT to authority
+// with, from the self-test's own connection (probe) or a sandbox's.
+func (df *doorFixture) connectStatus(t *testing.T, authority string, probe bool) int {
+	t.Helper()
+	c, err := net.Dial("tcp", df.d.proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if probe {
+		df.probe.mu.Lock()
+		df.probe.conns[netip.MustParseAddrPort(c.LocalAddr().String())] = true
+		df.probe.mu.Unlock()
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Errorf("CONNECT %s: %v", authority, err)
+		return 0
+	}
+	return resp.StatusCode
 }
 
 func statusOf(t *testing.T, c *http.Client, u string) int {
@@ -259,6 +286,14 @@ func TestLeakingCandidateNeverInForce(t *testing.T) {
 	}
 	if got := statusOf(t, df.pc, df.b); got != 200 {
 		t.Errorf("the self-test's own connection to b: %d, want 200 (the candidate decides it)", got)
+	}
+	// A tunnel too: the self-test's CONNECT probes meet the candidate.
+	bHost := strings.TrimSuffix(strings.TrimPrefix(df.b, "http://"), "/")
+	if got := df.connectStatus(t, bHost, false); got != 403 {
+		t.Errorf("sandbox CONNECT to b while the candidate that allows it is verified: %d, want 403", got)
+	}
+	if got := df.connectStatus(t, bHost, true); got != 200 {
+		t.Errorf("the self-test's own CONNECT to b: %d, want 200 (the candidate decides it)", got)
 	}
 	if got := df.d.Policy(); got == cand {
 		t.Error("the candidate is the policy in force before its self-test ended")

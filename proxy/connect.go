@@ -63,7 +63,8 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 		return
 	}
 	rq.target = t
-	p := x.Policy()
+	p := x.policyFor(r.RemoteAddr, localAddr(r))
+	rq.pol = p
 	rq.d = p.DecideTargetAs(&t, rq.identity)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if h := x.honeyInName(rq, "connect host"); h != nil {
@@ -135,11 +136,11 @@ func (x *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, rq *request
 	if rq.hello, asked = shorterDeadline(r.Header.Get(HelloDeadlineHeader), x.helloTimeout); asked {
 		established = "HTTP/1.1 200 Connection established\r\n" + HelloDeadlineHeader + ": " + rq.hello.String() + "\r\n\r\n"
 	}
+	ctx := context.WithoutCancel(r.Context()) // net/http cancels r's context when ServeHTTP returns
 	if _, err := io.WriteString(sc, established); err != nil {
-		x.closeTunnel(tn)
+		x.unrun(ctx, tn) // a cut from openTunnel, or a client gone
 		return
 	}
-	ctx := context.WithoutCancel(r.Context()) // net/http cancels r's context when ServeHTTP returns
 	if !x.admitHello(ctx, tn) {
 		x.closeTunnel(tn)
 		return

@@ -81,10 +81,14 @@ type dialGuard struct {
 	mu       sync.Mutex
 	refused  []string
 	attempts atomic.Int64
+	onDial   atomic.Pointer[func()] // runs in every dial (a test's race)
 }
 
 func (g *dialGuard) control(network, address string, _ syscall.RawConn) error {
 	g.attempts.Add(1)
+	if f := g.onDial.Load(); f != nil {
+		(*f)()
+	}
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil || ap.Addr() != netip.MustParseAddr("127.0.0.1") {
 		g.mu.Lock()

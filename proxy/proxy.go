@@ -289,11 +289,12 @@ func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
 // or SetPolicy put it in force).
 func (x *Proxy) SetCandidate(p *policy.Policy) { x.cand.Store(p) }
 
-// policyFor is the policy that decides r: the candidate for the
-// self-test's own connections while one is verified, the policy in force
+// policyFor is the policy that decides a connection from remote
+// (host:port) to local: the candidate for the self-test's own connections
+// (requests and tunnels alike) while one is verified, the policy in force
 // for everyone else.
-func (x *Proxy) policyFor(r *http.Request) *policy.Policy {
-	if c := x.cand.Load(); c != nil && x.exempted(r.RemoteAddr, localAddr(r)) {
+func (x *Proxy) policyFor(remote string, local net.Addr) *policy.Policy {
+	if c := x.cand.Load(); c != nil && x.exempted(remote, local) {
 		return c
 	}
 	return x.Policy()

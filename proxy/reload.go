@@ -17,30 +17,59 @@ import (
 // rule. Inspected tunnels also re-decide each request as it comes.
 func (x *Proxy) redecideTunnels(p *policy.Policy) {
 	for c, rq := range x.ids.openTunnels() {
-		if rq.ws {
-			x.redecideWebSocket(p, c, rq)
-			continue
-		}
-		t := rq.target
-		d := p.DecideTargetAs(&t, rq.identity)
-		reason, detail := policy.ReasonAllowed, ""
-		switch {
-		case !d.Allow:
-			reason, detail = d.Reason, "closed on reload: the new policy denies this tunnel"
-		case d.Inspect != rq.d.Inspect:
-			reason, detail = policy.ReasonReload, fmt.Sprintf("closed on reload: the tunnel's rule is now %s", mode(d.Inspect))
-		case rq.upAddr.IsValid():
-			if ok, info := p.CheckAddr(d.Rule, rq.upAddr.Addr()); !ok {
-				reason, detail = policy.ReasonSpecialAddr, fmt.Sprintf("closed on reload: %s (%s) is not allowed by the new policy", rq.upAddr.Addr(), info.Class)
-				if info.Class == policy.ClassHighRisk {
-					reason = policy.ReasonHighRisk
-				}
+		x.redecide(p, c, rq)
+	}
+}
+
+// redecide decides one open tunnel or WebSocket again under p and closes
+// it unless p still allows it.
+func (x *Proxy) redecide(p *policy.Policy, c net.Conn, rq *request) {
+	if rq.ws {
+		x.redecideWebSocket(p, c, rq)
+		return
+	}
+	t := rq.target
+	d := p.DecideTargetAs(&t, rq.identity)
+	reason, detail := policy.ReasonAllowed, ""
+	switch {
+	case !d.Allow:
+		reason, detail = d.Reason, "closed on reload: the new policy denies this tunnel"
+	case d.Inspect != rq.d.Inspect:
+		reason, detail = policy.ReasonReload, fmt.Sprintf("closed on reload: the tunnel's rule is now %s", mode(d.Inspect))
+	case rq.upAddr.IsValid():
+		if ok, info := p.CheckAddr(d.Rule, rq.upAddr.Addr()); !ok {
+			reason, detail = policy.ReasonSpecialAddr, fmt.Sprintf("closed on reload: %s (%s) is not allowed by the new policy", rq.upAddr.Addr(), info.Class)
+			if info.Class == policy.ClassHighRisk {
+				reason = policy.ReasonHighRisk
 			}
 		}
-		if reason == policy.ReasonAllowed {
-			continue
+	}
+	if reason == policy.ReasonAllowed {
+		return
+	}
+	x.cutTunnel(c, rq, reason, detail)
+}
+
+// trackTunnel records an open tunnel or WebSocket (c, decided as rq) under ids,
+// where a quarantine, a reload's re-decision and the drain find it, and
+// applies here any of them that came between the decision and now: the
+// tracker refuses a quarantined identity's tunnel, and any after the
+// drain, under the lock those take; a reload swaps the policy before it
+// reads the tracker, so a tunnel it did not see was decided by a policy
+// no longer in force and is decided again here.
+func (x *Proxy) trackTunnel(ids []string, c net.Conn, rq *request) {
+	id, ok := x.ids.addTunnel(ids, c, rq)
+	switch {
+	case !ok && id != "":
+		x.cutTunnel(c, rq, policy.ReasonQuarantine, "identity "+id+" quarantined")
+	case !ok:
+		c.Close() // the drain closed every tunnel
+	default:
+		// A self-test's tunnel decided by the candidate stays the
+		// candidate's while it is verified.
+		if p := x.Policy(); rq.pol != p && rq.pol != x.cand.Load() {
+			x.redecide(p, c, rq)
 		}
-		x.cutTunnel(c, rq, reason, detail)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // onRequest decides a plain absolute-form request, or a request inside an
 // inspected tunnel (its state's tunnel field holds the CONNECT's).
 func (x *Proxy) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-	p := x.policyFor(r)
+	p := x.policyFor(r.RemoteAddr, localAddr(r))
 	rq, _ := r.Context().Value(keyDecision).(*request)
 	if rq == nil { // not through ServeHTTP: refuse rather than guess
 		rq = &request{start: time.Now(), method: r.Method}

@@ -12,6 +12,7 @@ type tracker struct {
 	open    map[string]int
 	tunnels map[string]map[net.Conn]*request
 	quar    map[string]bool
+	closed  bool // closeAll ran (the drain): no tunnel opens after it
 }
 
 func newTracker() *tracker {
@@ -38,17 +39,31 @@ func (t *tracker) acquire(id string, limit int) (release func(), ok bool) {
 	}, true
 }
 
-// addTunnel records an open tunnel of id on client connection c, with the
-// state it was decided with.
-func (t *tracker) addTunnel(id string, c net.Conn, rq *request) {
+// addTunnel records an open tunnel on client connection c under each of
+// ids, with the state it was decided with, unless one of ids is
+// quarantined (that id is returned) or closeAll ran: then it records
+// nothing and reports false, under the same lock as quarantine and
+// closeAll, so a tunnel is either closed by them or refused here.
+func (t *tracker) addTunnel(ids []string, c net.Conn, rq *request) (quarantined string, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := t.tunnels[id]
-	if m == nil {
-		m = map[net.Conn]*request{}
-		t.tunnels[id] = m
+	if t.closed {
+		return "", false
 	}
-	m[c] = rq
+	for _, id := range ids {
+		if t.quar[id] {
+			return id, false
+		}
+	}
+	for _, id := range ids {
+		m := t.tunnels[id]
+		if m == nil {
+			m = map[net.Conn]*request{}
+			t.tunnels[id] = m
+		}
+		m[c] = rq
+	}
+	return "", true
 }
 
 // openTunnels returns every open tunnel once, with its state.
@@ -112,8 +127,11 @@ func (t *tracker) list() []string {
 	return out
 }
 
+// closeAll closes every open tunnel, and every tunnel that would open
+// after it (the drain's end).
 func (t *tracker) closeAll() {
 	t.mu.Lock()
+	t.closed = true
 	var conns []net.Conn
 	for _, m := range t.tunnels {
 		for c := range m {

@@ -149,7 +149,8 @@ func (x *Proxy) decideTransparent(ctx context.Context, tn *tunnel, port uint16) 
 		return false
 	}
 	rq.target = t
-	p := x.Policy()
+	p := x.policyFor(tn.raw.RemoteAddr().String(), tn.raw.LocalAddr())
+	rq.pol = p
 	rq.d = p.DecideTargetAs(&t, rq.identity)
 	x.m.decisionLatency.Observe(time.Since(rq.start).Seconds())
 	if rq.honey = x.honeyInName(rq, "sni"); rq.honey != nil {

@@ -115,10 +115,20 @@ func (x *Proxy) openTunnel(tn *tunnel) {
 	x.m.tunnels.Inc()
 	x.mem.opened()
 	tn.tracked = &trackedConn{Conn: tn.client, tn: tn}
-	for _, id := range tn.ids {
-		x.ids.addTunnel(id, tn.tracked, rq)
-	}
 	tn.recordClose = x.tunnelOpened(context.Background(), rq)
+	x.trackTunnel(tn.ids, tn.tracked, rq)
+	if tn.up != nil || rq.d.Inspect {
+		rq.pol = nil // see splice
+	}
+}
+
+// unrun ends a tunnel that never reached its relay (its client gone, or
+// cut as it opened) with its decision line, then closes it.
+func (x *Proxy) unrun(ctx context.Context, tn *tunnel) {
+	if !tn.rq.d.Inspect { // an inspected tunnel's cut is logged by cutTunnel
+		x.spliced(ctx, tn, 0, 0, false, 0)
+	}
+	x.closeTunnel(tn)
 }
 
 // closeTunnel is where every tunnel closes, once: both connections, the
@@ -197,7 +207,7 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) (looped bool) {
 		x.beforeRelay()
 	}
 	if tn.up == nil {
-		p := x.Policy()
+		p := cmp.Or(rq.pol, x.Policy())                 // the address checks of the policy that decided
 		dctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
 		up, upAddr, err := x.dialer.dial(dctx, p, &rq.d, rq.target.Port)
 		if err != nil {
@@ -208,6 +218,9 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) (looped bool) {
 		}
 		tn.up, rq.upAddr = up, upAddr
 	}
+	// An open tunnel does not keep the policy that decided it: a reload
+	// retires that policy (and its host lists) while tunnels stay open.
+	rq.pol = nil
 	idle := x.Policy().Limits.IdleTimeout
 	// From here a close by the tracker (a quarantine, a reload's
 	// re-decision, the drain) closes the upstream too: closing the
@@ -220,6 +233,7 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) (looped bool) {
 	}
 	if len(tn.pre) > 0 {
 		if _, err := tn.up.Write(tn.pre); err != nil {
+			x.spliced(ctx, tn, 0, 0, false, idle) // a cut, or the upstream gone
 			return false
 		}
 	}

@@ -230,20 +230,16 @@ func (x *Proxy) relayUpgrade(w http.ResponseWriter, r *http.Request, rq *request
 		return
 	}
 	ids := rq.names()
-	for _, id := range ids {
-		x.ids.addTunnel(id, hc, rq)
-	}
+	tracked := &bothConn{Conn: hc, up: up}
 	closed := x.tunnelOpened(context.WithoutCancel(r.Context()), rq)
 	defer func() {
 		for _, id := range ids {
-			x.ids.removeTunnel(id, hc)
+			x.ids.removeTunnel(id, tracked)
 		}
 		closed()
 	}()
-	if id, ok := x.quarantined(rq); ok { // quarantined while the handshake ran
-		rq.cutBy.Store(&cutInfo{policy.ReasonQuarantine, "identity " + id + " is quarantined"})
-		hc.Close()
-	}
+	x.trackTunnel(ids, tracked, rq) // a quarantine while the handshake ran cuts it here
+	rq.pol = nil                    // an open WebSocket does not keep a retired policy
 	idle := x.Policy().Limits.IdleTimeout
 	o, i, idled := pipe(client, up, idle)
 	out += o
@@ -291,4 +287,18 @@ func headerHas(h http.Header, name, token string) bool {
 		}
 	}
 	return false
+}
+
+// bothConn is an open WebSocket as the tracker holds it: a quarantine, a
+// reload's cut or the drain closes both ends, so the relay does not wait
+// on an origin that says nothing.
+type bothConn struct {
+	net.Conn // the client's
+	up       net.Conn
+}
+
+func (c *bothConn) Close() error {
+	err := c.Conn.Close()
+	c.up.Close()
+	return err
 }

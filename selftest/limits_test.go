@@ -211,6 +211,13 @@ func TestSilentTunnelSaysSo(t *testing.T) {
 			t.Errorf("%s: %s %s (%s) in %v, want a pass that says it was late", r.ID, r.Status, r.Result, r.Detail, r.Duration)
 		}
 	})
+	t.Run("cuts past its deadline", func(t *testing.T) {
+		t.Parallel()
+		r := silentProbe(t, saysSo(2500*time.Millisecond), time.Second)
+		if r.Status != Leak {
+			t.Errorf("%s: %s %s (%s) in %v, want a leak (held past its 1s deadline)", r.ID, r.Status, r.Result, r.Detail, r.Duration)
+		}
+	})
 	t.Run("does not cut", func(t *testing.T) {
 		t.Parallel()
 		r := silentProbe(t, saysSo(0), 500*time.Millisecond)
