@@ -78,6 +78,7 @@ var (
 	ReasonTLSHandshake  = newReason("tls-handshake", 0, "the TLS handshake with the client failed")
 	ReasonECH           = newReason("ech", 0, "the ClientHello carries encrypted_client_hello: a host-only tunnel cannot see the real host")
 	ReasonReload        = newReason("reload", 0, "a reload changed the tunnel's rule between spliced and inspected: reconnect")
+	ReasonShutdown      = newReason("shutdown", 0, "egressd was shutting down (its drain had closed every tunnel): reconnect")
 
 	// Allowed tunnels, logged when they close: not denials.
 	ReasonTunnel            = newReason("tunnel", 200, "")

@@ -79,7 +79,7 @@ func TestTunnelDecidedDuringChange(t *testing.T) {
 	}{
 		{"quarantine", func(h *harness, _ *policy.Policy) { h.px.Quarantine("agent-a") }, `"reason":"quarantine"`},
 		{"reload", func(h *harness, deny *policy.Policy) { h.px.SetPolicy(deny) }, `"reason":"no-rule"`},
-		{"drain", func(h *harness, _ *policy.Policy) { h.px.ids.closeAll() }, `"reason":"tunnel"`},
+		{"drain", func(h *harness, _ *policy.Policy) { h.px.ids.closeAll() }, `"reason":"shutdown"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

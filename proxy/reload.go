@@ -36,13 +36,8 @@ func (x *Proxy) redecide(p *policy.Policy, c net.Conn, rq *request) {
 		reason, detail = d.Reason, "closed on reload: the new policy denies this tunnel"
 	case d.Inspect != rq.d.Inspect:
 		reason, detail = policy.ReasonReload, fmt.Sprintf("closed on reload: the tunnel's rule is now %s", mode(d.Inspect))
-	case rq.upAddr.IsValid():
-		if ok, info := p.CheckAddr(d.Rule, rq.upAddr.Addr()); !ok {
-			reason, detail = policy.ReasonSpecialAddr, fmt.Sprintf("closed on reload: %s (%s) is not allowed by the new policy", rq.upAddr.Addr(), info.Class)
-			if info.Class == policy.ClassHighRisk {
-				reason = policy.ReasonHighRisk
-			}
-		}
+	default:
+		reason, detail = x.recheckAddr(p, d, rq)
 	}
 	if reason == policy.ReasonAllowed {
 		return
@@ -63,7 +58,7 @@ func (x *Proxy) trackTunnel(ids []string, c net.Conn, rq *request) {
 	case !ok && id != "":
 		x.cutTunnel(c, rq, policy.ReasonQuarantine, "identity "+id+" quarantined")
 	case !ok:
-		c.Close() // the drain closed every tunnel
+		x.cutTunnel(c, rq, policy.ReasonShutdown, "the drain had closed every tunnel")
 	default:
 		// A self-test's tunnel decided by the candidate stays the
 		// candidate's while it is verified.
@@ -84,8 +79,7 @@ func mode(inspect bool) string {
 // tunnel logs its end as a denial with this reason (and its byte counts);
 // an inspected one is logged here.
 func (x *Proxy) cutTunnel(c net.Conn, rq *request, reason policy.Reason, detail string) {
-	rq.cutBy.Store(&cutInfo{reason, detail})
-	if rq.d.Inspect {
+	if rq.cutBy.CompareAndSwap(nil, &cutInfo{reason, detail}) && rq.d.Inspect {
 		lr := &request{start: rq.start, identity: rq.identity, source: rq.source, probe: rq.probe, target: rq.target, d: rq.d, method: rq.method}
 		lr.d.Allow = false
 		x.logDecisionReason(context.Background(), lr, 0, reason, detail, 0, 0)
@@ -109,5 +103,26 @@ func (x *Proxy) redecideWebSocket(p *policy.Policy, c net.Conn, rq *request) {
 		x.cutTunnel(c, rq, d.Reason, "closed on reload: the new policy denies its handshake")
 	case !d.Rule.WebSocket:
 		x.cutTunnel(c, rq, policy.ReasonUpgrade, fmt.Sprintf("closed on reload: rule %q no longer allows upgrade: [websocket]", d.RuleName()))
+	default:
+		if reason, detail := x.recheckAddr(p, d, rq); reason != policy.ReasonAllowed {
+			x.cutTunnel(c, rq, reason, detail)
+		}
 	}
+}
+
+// recheckAddr checks the address an open tunnel or WebSocket reached
+// against p's rule d (none known yet: allowed, the dial checks it).
+func (x *Proxy) recheckAddr(p *policy.Policy, d policy.Decision, rq *request) (policy.Reason, string) {
+	up := x.ids.upAddr(rq)
+	if !up.IsValid() {
+		return policy.ReasonAllowed, ""
+	}
+	ok, info := p.CheckAddr(d.Rule, up.Addr())
+	switch {
+	case ok:
+		return policy.ReasonAllowed, ""
+	case info.Class == policy.ClassHighRisk:
+		return policy.ReasonHighRisk, fmt.Sprintf("closed on reload: %s (%s) is not allowed by the new policy", up.Addr(), info.Class)
+	}
+	return policy.ReasonSpecialAddr, fmt.Sprintf("closed on reload: %s (%s) is not allowed by the new policy", up.Addr(), info.Class)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -234,15 +235,20 @@ func (x *Proxy) dialUpstream(ctx context.Context, network, _ string) (net.Conn, 
 
 // dialDecided dials the target of an allow decision through the checks.
 func (x *Proxy) dialDecided(ctx context.Context, rq *request) (net.Conn, error) {
+	c, _, err := x.dialDecidedAt(ctx, rq)
+	return c, err
+}
+
+// dialDecidedAt is dialDecided, with the address it reached.
+func (x *Proxy) dialDecidedAt(ctx context.Context, rq *request) (net.Conn, netip.AddrPort, error) {
 	if rq == nil || !rq.d.Allow {
-		return nil, &DenyError{Reason: policy.ReasonInternal, Detail: "dial without an allow decision"}
+		return nil, netip.AddrPort{}, &DenyError{Reason: policy.ReasonInternal, Detail: "dial without an allow decision"}
 	}
 	p := rq.pol
 	if p == nil {
 		p = x.Policy()
 	}
-	c, _, err := x.dialer.dial(ctx, p, &rq.d, rq.target.Port)
-	return c, err
+	return x.dialer.dial(ctx, p, &rq.d, rq.target.Port)
 }
 
 // roundTrip sends an allowed request upstream and turns failures into the

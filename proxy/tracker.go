@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 )
 
@@ -142,4 +143,19 @@ func (t *tracker) closeAll() {
 	for _, c := range conns {
 		c.Close()
 	}
+}
+
+// setUpAddr records the upstream address a tracked tunnel dialed, under
+// the lock a reload's re-decision reads it with (upAddr).
+func (t *tracker) setUpAddr(rq *request, ap netip.AddrPort) {
+	t.mu.Lock()
+	rq.upAddr = ap
+	t.mu.Unlock()
+}
+
+// upAddr is the upstream address a tunnel reached (none yet: invalid).
+func (t *tracker) upAddr(rq *request) netip.AddrPort {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return rq.upAddr
 }

@@ -189,8 +189,13 @@ func (x *Proxy) admitHello(ctx context.Context, tn *tunnel) bool {
 }
 
 // cut ends a tunnel egressd refuses after the 200: it is a denial, logged,
-// counted and hash-chained as one, with its reason.
+// counted and hash-chained as one, with its reason. A tunnel is cut once:
+// after a cut from the tracker (cutTunnel) its own checks fail on the
+// closed socket and log nothing more.
 func (x *Proxy) cut(ctx context.Context, rq *request, reason policy.Reason, detail string) {
+	if !rq.cutBy.CompareAndSwap(nil, &cutInfo{reason, detail}) {
+		return
+	}
 	rq.d.Allow = false
 	x.logDecisionReason(ctx, rq, 0, reason, detail, 0, 0)
 }
@@ -207,16 +212,28 @@ func (x *Proxy) splice(ctx context.Context, tn *tunnel) (looped bool) {
 		x.beforeRelay()
 	}
 	if tn.up == nil {
-		p := cmp.Or(rq.pol, x.Policy())                 // the address checks of the policy that decided
+		if tn.stopped.Load() { // cut as it opened: no dial for it
+			x.spliced(ctx, tn, 0, 0, false, 0)
+			return false
+		}
+		decidedBy := cmp.Or(rq.pol, x.Policy())
 		dctx := context.WithValue(ctx, keyDecision, rq) // the dial's name budget is per identity
-		up, upAddr, err := x.dialer.dial(dctx, p, &rq.d, rq.target.Port)
+		up, upAddr, err := x.dialer.dial(dctx, decidedBy, &rq.d, rq.target.Port)
 		if err != nil {
 			reason, detail := dialRefusal(rq, err)
 			rq.d.Allow = false
 			x.logDecisionReason(ctx, rq, reason.Status(), reason, detail, 0, 0)
 			return false
 		}
-		tn.up, rq.upAddr = up, upAddr
+		tn.up = up
+		x.ids.setUpAddr(rq, upAddr)
+		// A reload between the decision and the dial re-decided the
+		// tunnel without its address: check it under the policy in
+		// force now (the reload wrote the policy before it read the
+		// address; here the address is written before the policy is).
+		if p := x.Policy(); decidedBy != p && decidedBy != x.cand.Load() {
+			x.redecide(p, tn.tracked, rq)
+		}
 	}
 	// An open tunnel does not keep the policy that decided it: a reload
 	// retires that policy (and its host lists) while tunnels stay open.

@@ -116,10 +116,11 @@ func (x *Proxy) upgradeRoundTrip(r *http.Request, rq *request) (net.Conn, *bufio
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	c, err := x.dialDecided(ctx, rq)
+	c, upAddr, err := x.dialDecidedAt(ctx, rq)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	rq.upAddr = upAddr // a reload checks it again (redecideWebSocket)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	fail := func(what string, err error) (net.Conn, *bufio.Reader, *http.Response, error) {
