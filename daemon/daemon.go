@@ -609,9 +609,15 @@ func (d *Daemon) boot(ctx context.Context) {
 			d.opt.Booted(Verdict{Sealed: true, Note: noSelftestWarning})
 		}
 	} else {
+		// A reload (SIGHUP, an edit: WatchReload runs from the start)
+		// waits for the boot run: its candidate would decide the boot
+		// run's own probes, and its verdict would be overwritten by the
+		// boot's.
+		d.reloadMu.Lock()
 		p := d.Policy()
 		v := d.verify(ctx, "boot", p)
 		d.setReadiness(p, v)
+		d.reloadMu.Unlock()
 		if d.opt.Booted != nil {
 			d.opt.Booted(v)
 		}

@@ -34,9 +34,10 @@ func (e *DenyError) Error() string {
 // policy, and connects to a checked address itself, so the address checked
 // is the address reached (no second lookup, no rebinding window).
 type checkedDialer struct {
-	// cur is what the policy decides about dialing, swapped whole on
-	// reload while dials read it.
-	cur atomic.Pointer[dialSettings]
+	// cur is what the policy in force decides about dialing, swapped
+	// whole on reload while dials read it; cand is the candidate's while
+	// a reload verifies one (the self-test's dials go its way).
+	cur, cand atomic.Pointer[dialSettings]
 	// resolverDial opens sockets to the DNS upstreams; nil: net.Dialer.
 	resolverDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// self reports whether an address is one of egressd's own listeners.
@@ -56,22 +57,48 @@ type checkedDialer struct {
 }
 
 type dialSettings struct {
+	pol     *policy.Policy // whose settings these are
 	res     *Resolver
 	timeout time.Duration
 	parent  *parentDialer // upstream_proxy; nil: direct
 }
 
-// setPolicy takes the resolvers and dial timeout of p (a fresh resolver,
-// so no answer cached under the old upstreams survives a reload).
-func (x *checkedDialer) setPolicy(p *policy.Policy) {
+// settings are p's resolvers, dial timeout and upstream proxy (a fresh
+// resolver, so no answer cached under other upstreams is used).
+func (x *checkedDialer) settings(p *policy.Policy) *dialSettings {
 	s := &dialSettings{
+		pol:     p,
 		res:     &Resolver{Upstreams: p.Resolver.Upstreams, Dial: x.resolverDial},
 		timeout: p.Limits.DialTimeout,
 	}
 	if p.UpstreamProxy != nil {
 		s.parent = &parentDialer{up: p.UpstreamProxy, secrets: x.secrets}
 	}
-	x.cur.Store(s)
+	return s
+}
+
+// setPolicy takes the dial settings of p, the policy in force.
+func (x *checkedDialer) setPolicy(p *policy.Policy) { x.cur.Store(x.settings(p)) }
+
+// setCandidate takes the dial settings of p, the candidate a reload
+// verifies (nil: none), so the self-test's requests it decides dial as p
+// would (its resolvers, its upstream_proxy), not as the policy in force.
+func (x *checkedDialer) setCandidate(p *policy.Policy) {
+	if p == nil {
+		x.cand.Store(nil)
+		return
+	}
+	x.cand.Store(x.settings(p))
+}
+
+// settingsFor is how a dial decided by p goes: p's settings when p is the
+// policy in force or the candidate, else (a policy retired since it
+// decided) the settings in force.
+func (x *checkedDialer) settingsFor(p *policy.Policy) *dialSettings {
+	if c := x.cand.Load(); c != nil && c.pol == p {
+		return c
+	}
+	return x.cur.Load()
 }
 
 // check resolves the target of an allowed decision and returns the
@@ -87,7 +114,7 @@ func (x *checkedDialer) check(ctx context.Context, p *policy.Policy, d *policy.D
 			return nil, err
 		}
 		var err error
-		if addrs, err = x.cur.Load().res.Lookup(ctx, d.Host); err != nil {
+		if addrs, err = x.settingsFor(p).res.Lookup(ctx, d.Host); err != nil {
 			return nil, err
 		}
 	}
@@ -129,7 +156,7 @@ func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.De
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}
-	cur := x.cur.Load()
+	cur := x.settingsFor(p)
 	nd := net.Dialer{Timeout: cur.timeout, Control: x.control}
 	var errs []error
 	for _, ap := range good {

@@ -136,7 +136,8 @@ type Proxy struct {
 	// self-test's own connections (ReadyExempt) and nothing else.
 	cand   atomic.Pointer[policy.Policy]
 	gp     *goproxy.ProxyHttpServer
-	tr     *http.Transport // requests with a body or an upgrade, TLS upstreams
+	tr     *http.Transport // the settings of trs (and the upgrade's TLS roots)
+	trs    *ruleTransports // requests with a body, TLS upstreams: a pool per rule
 	up     *upstream       // bodiless plain-HTTP requests
 	dialer *checkedDialer
 	ca     CertIssuer
@@ -244,6 +245,7 @@ func New(p *policy.Policy, cfg Config) *Proxy {
 		MaxResponseHeaderBytes: int64(p.Limits.ResponseHeaderBytes),
 		ExpectContinueTimeout:  time.Second,
 	}
+	x.trs = &ruleTransports{base: x.tr}
 	x.up = &upstream{dial: x.dialDecided, limits: x.tr}
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
@@ -275,7 +277,7 @@ func (x *Proxy) SetPolicy(p *policy.Policy) {
 	x.pol.Store(p)
 	x.cand.CompareAndSwap(p, nil) // the candidate is in force: no longer one
 	x.dialer.setPolicy(p)
-	x.tr.CloseIdleConnections() // pooled upstreams were checked under the old policy
+	x.trs.reset() // pooled upstreams were checked under the old policy
 	x.up.closeIdle()
 	x.redecideTunnels(p)
 }
@@ -287,7 +289,11 @@ func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
 // Config.ReadyExempt names) while a reload verifies it; every other client
 // stays with the policy in force. nil ends it (the candidate was dropped,
 // or SetPolicy put it in force).
-func (x *Proxy) SetCandidate(p *policy.Policy) { x.cand.Store(p) }
+func (x *Proxy) SetCandidate(p *policy.Policy) {
+	x.dialer.setCandidate(p) // before the candidate decides anything
+	x.cand.Store(p)
+	x.trs.reset() // a dropped candidate's pools go with it
+}
 
 // policyFor is the policy that decides a connection from remote
 // (host:port) to local: the candidate for the self-test's own connections
@@ -601,11 +607,13 @@ func orNone(s string) string {
 // user:secret only refines that to an identity whose token_sha256 the
 // secret matches and whose cidrs, if any, hold the source. An unknown or
 // unproven label changes nothing. It returns the identity and, when a
-// token refined it, the source identity it refines.
+// token refined it, the source identity it refines. The policy that
+// decides the connection names it: the candidate's identities for the
+// self-test's own while one is verified.
 func (x *Proxy) identify(r *http.Request) (identity, source string) {
 	src, _ := netip.ParseAddrPort(r.RemoteAddr)
-	p := x.Policy()
-	source = x.sourceIdentity(src.Addr())
+	p := x.policyFor(r.RemoteAddr, localAddr(r))
+	source = p.SourceIdentity(src.Addr())
 	if h := r.Header.Get("Proxy-Authorization"); h != "" {
 		if b, ok := strings.CutPrefix(h, "Basic "); ok {
 			if raw, err := base64.StdEncoding.DecodeString(b); err == nil {

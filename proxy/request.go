@@ -277,7 +277,7 @@ func (x *Proxy) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response,
 				cancel(fmt.Errorf("no response head within limits.response_header_timeout (%v): %w", d, context.DeadlineExceeded))
 			})
 		}
-		resp, err = x.tr.RoundTrip(r.WithContext(ctx))
+		resp, err = x.trs.get(rq.d.Rule).RoundTrip(r.WithContext(ctx))
 		if t != nil {
 			t.Stop()
 		}

@@ -100,7 +100,7 @@ func (x *Proxy) ServeTransparentTLS(l net.Listener, origPort uint16) error {
 func (x *Proxy) transparentTLS(c net.Conn, port uint16) {
 	rq := &request{start: time.Now(), method: "TLS"}
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-	rq.identity = x.sourceIdentity(src.Addr())
+	rq.identity = x.policyFor(c.RemoteAddr().String(), c.LocalAddr()).SourceIdentity(src.Addr())
 	ctx := context.Background()
 	if x.ids.quarantined(rq.identity) {
 		x.logDecisionReason(ctx, rq, http.StatusForbidden, policy.ReasonQuarantine, "", 0, 0)
