@@ -106,6 +106,13 @@ func (x *checkedDialer) settingsFor(p *policy.Policy) *dialSettings {
 // CONNECT under an inspected rule runs it before answering 200, so a name
 // that resolves only to forbidden addresses is refused at CONNECT.
 func (x *checkedDialer) check(ctx context.Context, p *policy.Policy, d *policy.Decision, port uint16) ([]netip.AddrPort, error) {
+	return x.checkWith(ctx, x.settingsFor(p), p, d, port)
+}
+
+// checkWith is check through the dial settings s (a dial reads them once:
+// a candidate dropped between its lookup and its connect does not split
+// them).
+func (x *checkedDialer) checkWith(ctx context.Context, s *dialSettings, p *policy.Policy, d *policy.Decision, port uint16) ([]netip.AddrPort, error) {
 	var addrs []netip.Addr
 	if d.Addr.IsValid() {
 		addrs = []netip.Addr{d.Addr.Unmap()}
@@ -114,7 +121,7 @@ func (x *checkedDialer) check(ctx context.Context, p *policy.Policy, d *policy.D
 			return nil, err
 		}
 		var err error
-		if addrs, err = x.settingsFor(p).res.Lookup(ctx, d.Host); err != nil {
+		if addrs, err = s.res.Lookup(ctx, d.Host); err != nil {
 			return nil, err
 		}
 	}
@@ -152,11 +159,11 @@ func (x *checkedDialer) check(ctx context.Context, p *policy.Policy, d *policy.D
 
 // dial connects to the target of an allowed decision on port.
 func (x *checkedDialer) dial(ctx context.Context, p *policy.Policy, d *policy.Decision, port uint16) (net.Conn, netip.AddrPort, error) {
-	good, err := x.check(ctx, p, d, port)
+	cur := x.settingsFor(p)
+	good, err := x.checkWith(ctx, cur, p, d, port)
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}
-	cur := x.settingsFor(p)
 	nd := net.Dialer{Timeout: cur.timeout, Control: x.control}
 	var errs []error
 	for _, ap := range good {

@@ -293,6 +293,7 @@ func (x *Proxy) SetCandidate(p *policy.Policy) {
 	x.dialer.setCandidate(p) // before the candidate decides anything
 	x.cand.Store(p)
 	x.trs.reset() // a dropped candidate's pools go with it
+	x.up.closeIdle()
 }
 
 // policyFor is the policy that decides a connection from remote

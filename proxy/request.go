@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -244,11 +245,19 @@ func (x *Proxy) dialDecidedAt(ctx context.Context, rq *request) (net.Conn, netip
 	if rq == nil || !rq.d.Allow {
 		return nil, netip.AddrPort{}, &DenyError{Reason: policy.ReasonInternal, Detail: "dial without an allow decision"}
 	}
-	p := rq.pol
-	if p == nil {
-		p = x.Policy()
+	p, d := cmp.Or(rq.pol, x.Policy()), &rq.d
+	if cur := x.Policy(); p != cur && p != x.cand.Load() {
+		// Decided by a policy a reload retired since (a long upload
+		// read first): the policy in force must allow the target too,
+		// and its address checks apply, as for a tunnel.
+		t := rq.target
+		nd := cur.DecideTargetAs(&t, rq.identity)
+		if !nd.Allow {
+			return nil, netip.AddrPort{}, &DenyError{Reason: nd.Reason, Detail: "the policy in force since a reload denies this target"}
+		}
+		p, d = cur, &nd
 	}
-	return x.dialer.dial(ctx, p, &rq.d, rq.target.Port)
+	return x.dialer.dial(ctx, p, d, rq.target.Port)
 }
 
 // roundTrip sends an allowed request upstream and turns failures into the

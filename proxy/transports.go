@@ -17,21 +17,48 @@ import (
 type ruleTransports struct {
 	base *http.Transport // the settings; never dials itself
 	mu   sync.Mutex
-	m    map[*policy.Rule]*http.Transport
+	m    map[*policy.Rule]*ruleTransport
+	n    uint64 // gets so far: the clock of used
+}
+
+// maxRuleTransports bounds the Transports kept at once; the least
+// recently used goes (its idle connections closed) for a new one. Each
+// keeps at most 1/maxRuleTransports of base's MaxIdleConns idle, so all of
+// them together keep no more idle upstream sockets than one Transport did.
+const maxRuleTransports = 32
+
+type ruleTransport struct {
+	t    *http.Transport
+	used uint64 // the get count when it was last used
 }
 
 // get is rule's Transport.
 func (r *ruleTransports) get(rule *policy.Rule) *http.Transport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t := r.m[rule]
-	if t == nil {
-		if r.m == nil {
-			r.m = map[*policy.Rule]*http.Transport{}
-		}
-		t = r.base.Clone()
-		r.m[rule] = t
+	r.n++
+	if rt := r.m[rule]; rt != nil {
+		rt.used = r.n
+		return rt.t
 	}
+	if r.m == nil {
+		r.m = map[*policy.Rule]*ruleTransport{}
+	}
+	if len(r.m) >= maxRuleTransports {
+		var lru *policy.Rule
+		for k, rt := range r.m {
+			if lru == nil || rt.used < r.m[lru].used {
+				lru = k
+			}
+		}
+		// Connections still in use close when they come back: a
+		// Transport whose idle connections were closed does not pool.
+		r.m[lru].t.CloseIdleConnections()
+		delete(r.m, lru)
+	}
+	t := r.base.Clone()
+	t.MaxIdleConns = max(r.base.MaxIdleConns/maxRuleTransports, 1)
+	r.m[rule] = &ruleTransport{t: t, used: r.n}
 	return t
 }
 
@@ -42,7 +69,7 @@ func (r *ruleTransports) reset() {
 	old := r.m
 	r.m = nil
 	r.mu.Unlock()
-	for _, t := range old {
-		t.CloseIdleConnections()
+	for _, rt := range old {
+		rt.t.CloseIdleConnections() // and those in use close when they come back
 	}
 }

@@ -238,6 +238,7 @@ func unmapped(ap netip.AddrPort) netip.AddrPort {
 type ConnSet struct {
 	mu     sync.Mutex
 	m      map[connKey]int
+	socks  map[connKey]net.Conn  // the probe's socket of each pair (its TCP state)
 	closed map[connKey]time.Time // when a closed connection leaves the set
 	now    func() time.Time      // tests move it; nil: time.Now
 	ended  chan connKey          // tests: told when a lingering connection ended
@@ -259,6 +260,12 @@ func (s *ConnSet) Has(client, server netip.AddrPort) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m[k] <= 0 {
+		return false
+	}
+	// A probe socket in CLOSE (reset by egressd, or closed after
+	// egressd's FIN) has given its automatic port back: another socket
+	// may hold the pair now, and it cannot have before (CLOSE is final).
+	if c := s.socks[k]; c != nil && socketClosed(c) {
 		return false
 	}
 	until, ok := s.closed[k]
@@ -288,12 +295,12 @@ func (s *ConnSet) track(dial selftest.DialFunc) selftest.DialFunc {
 			return c, nil // not an IP connection: never exempt
 		}
 		k := connKey{unmapped(local), unmapped(remote)}
-		s.add(k)
+		s.add(k, c)
 		return &trackedConn{Conn: c, s: s, k: k}, nil
 	}
 }
 
-func (s *ConnSet) add(k connKey) {
+func (s *ConnSet) add(k connKey, c net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock()
@@ -301,9 +308,14 @@ func (s *ConnSet) add(k connKey) {
 		if !now.Before(until) {
 			delete(s.closed, a)
 			delete(s.m, a)
+			delete(s.socks, a)
 		}
 	}
 	s.m[k]++
+	if s.socks == nil {
+		s.socks = map[connKey]net.Conn{}
+	}
+	s.socks[k] = c
 }
 
 // closing starts k's linger: the probe closed it.
@@ -320,6 +332,7 @@ func (s *ConnSet) remove(k connKey) {
 	if s.m[k]--; s.m[k] <= 0 {
 		delete(s.m, k)
 		delete(s.closed, k)
+		delete(s.socks, k)
 	}
 	s.mu.Unlock()
 	if s.ended != nil {
