@@ -291,9 +291,12 @@ func (x *Proxy) Policy() *policy.Policy { return x.pol.Load() }
 // or SetPolicy put it in force).
 func (x *Proxy) SetCandidate(p *policy.Policy) {
 	x.dialer.setCandidate(p) // before the candidate decides anything
-	x.cand.Store(p)
-	x.trs.reset() // a dropped candidate's pools go with it
-	x.up.closeIdle()
+	// Pools are per rule: the policy in force keeps its own; a dropped
+	// candidate's go with it.
+	if old := x.cand.Swap(p); old != nil && old != p && old != x.Policy() {
+		x.trs.drop(old.Rules)
+		x.up.closeRules(old.Rules)
+	}
 }
 
 // policyFor is the policy that decides a connection from remote

@@ -23,9 +23,11 @@ type ruleTransports struct {
 
 // maxRuleTransports bounds the Transports kept at once; the least
 // recently used goes (its idle connections closed) for a new one. Each
-// keeps at most 1/maxRuleTransports of base's MaxIdleConns idle, so all of
-// them together keep no more idle upstream sockets than one Transport did.
-const maxRuleTransports = 32
+// keeps at most 1/maxRuleTransports of base's MaxIdleConns idle but no
+// fewer than one host's (MaxIdleConnsPerHost: a busy host pools as it did),
+// so with New's 1024 and 64 all of them together keep no more idle
+// upstream sockets than one Transport did.
+const maxRuleTransports = 16
 
 type ruleTransport struct {
 	t    *http.Transport
@@ -57,13 +59,30 @@ func (r *ruleTransports) get(rule *policy.Rule) *http.Transport {
 		delete(r.m, lru)
 	}
 	t := r.base.Clone()
-	t.MaxIdleConns = max(r.base.MaxIdleConns/maxRuleTransports, 1)
+	t.MaxIdleConns = max(r.base.MaxIdleConns/maxRuleTransports, r.base.MaxIdleConnsPerHost, 1)
 	r.m[rule] = &ruleTransport{t: t, used: r.n}
 	return t
 }
 
+// drop drops the Transports of rules (a dropped candidate's) and closes
+// their idle connections.
+func (r *ruleTransports) drop(rules []*policy.Rule) {
+	r.mu.Lock()
+	var gone []*http.Transport
+	for _, rule := range rules {
+		if rt := r.m[rule]; rt != nil {
+			gone = append(gone, rt.t)
+			delete(r.m, rule)
+		}
+	}
+	r.mu.Unlock()
+	for _, t := range gone {
+		t.CloseIdleConnections()
+	}
+}
+
 // reset drops every Transport and closes their idle connections: a new
-// policy or candidate has rules of its own.
+// policy has rules of its own.
 func (r *ruleTransports) reset() {
 	r.mu.Lock()
 	old := r.m

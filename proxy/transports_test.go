@@ -13,7 +13,7 @@ import (
 // together they keep no more idle than the base allows.
 func TestRuleTransportsBounded(t *testing.T) {
 	t.Parallel()
-	r := &ruleTransports{base: &http.Transport{MaxIdleConns: 1024}}
+	r := &ruleTransports{base: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 64}}
 	hot := &policy.Rule{Name: "hot"}
 	first := r.get(hot)
 	for i := range 3 * maxRuleTransports {
@@ -31,6 +31,11 @@ func TestRuleTransportsBounded(t *testing.T) {
 	}
 	if idle > 1024 {
 		t.Errorf("the kept Transports may hold %d idle connections together, want at most the base's 1024", idle)
+	}
+	// A busy host pools as it did with one Transport (a per-rule share
+	// of 1024/32 = 32 made its second wave of 40 requests dial 8 again).
+	if m := r.get(&policy.Rule{Name: "busy"}).MaxIdleConns; m < 64 {
+		t.Errorf("a rule's Transport keeps %d idle connections, fewer than one host's 64", m)
 	}
 	if r.get(hot) != first {
 		t.Errorf("the most used rule's Transport was evicted")

@@ -191,10 +191,16 @@ func (x *Proxy) admitHello(ctx context.Context, tn *tunnel) bool {
 // cut ends a tunnel egressd refuses after the 200: it is a denial, logged,
 // counted and hash-chained as one, with its reason. A tunnel is cut once:
 // after a cut from the tracker (cutTunnel) its own checks fail on the
-// closed socket and log nothing more.
+// closed socket, and the line is the tracker's cut, logged here for a
+// spliced tunnel (its relay, which would log it, never runs) and by
+// cutTunnel for an inspected one.
 func (x *Proxy) cut(ctx context.Context, rq *request, reason policy.Reason, detail string) {
 	if !rq.cutBy.CompareAndSwap(nil, &cutInfo{reason, detail}) {
-		return
+		if rq.d.Inspect {
+			return
+		}
+		ci := rq.cutBy.Load()
+		reason, detail = ci.reason, ci.detail
 	}
 	rq.d.Allow = false
 	x.logDecisionReason(ctx, rq, 0, reason, detail, 0, 0)

@@ -432,6 +432,33 @@ func (u *upstream) closeIdle() {
 	}
 }
 
+// closeRules closes the pooled connections of rules (a dropped
+// candidate's: no request of another rule could use them).
+func (u *upstream) closeRules(rules []*policy.Rule) {
+	drop := make(map[*policy.Rule]bool, len(rules))
+	for _, r := range rules {
+		drop[r] = true
+	}
+	u.mu.Lock()
+	var conns []*upConn
+	for k, l := range u.idle {
+		if !drop[k.rule] {
+			continue
+		}
+		for _, pc := range l {
+			pc.pooled = false
+			pc.timer.Stop()
+			conns = append(conns, pc)
+		}
+		u.nidle -= len(l)
+		delete(u.idle, k)
+	}
+	u.mu.Unlock()
+	for _, pc := range conns {
+		pc.c.Close()
+	}
+}
+
 // idleCount is the number of pooled connections (tests).
 func (u *upstream) idleCount() int {
 	u.mu.Lock()
