@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -85,28 +84,13 @@ func TestTunnelDecidedDuringChange(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, testConfig, testNames)
 			deny := withoutSSH(t, h)
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			go func() { // an upstream that never speaks and never closes
-				c, err := l.Accept()
-				if err == nil {
-					t.Cleanup(func() { c.Close() })
-				}
-			}()
+			port := silentUpstream(t)
 			changed := make(chan struct{})
 			f := func() { tc.change(h, deny); close(changed) }
 			h.guard.onDial.Store(&f)
-			_, port := splitPort(l.Addr().String())
 			_, c := connectStatus(t, h, "ssh.test:"+port)
 			<-changed
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			if err := h.px.waitTunnels(ctx); err != nil {
-				t.Fatalf("a tunnel decided before a %s is still open after it", tc.name)
-			}
+			waitNoTunnels(t, h.px, 3*time.Second, "a tunnel decided before a "+tc.name+" stays open after it")
 			c.SetReadDeadline(time.Now().Add(3 * time.Second))
 			if _, err := c.Read(make([]byte, 1)); err == nil {
 				t.Errorf("the client's side is still open")

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
@@ -306,5 +307,24 @@ func writeFile(t testing.TB, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// silentUpstream is testutil.SilentServer's port: an upstream that says
+// nothing and never closes.
+func silentUpstream(t testing.TB) string {
+	t.Helper()
+	_, port := splitPort(testutil.SilentServer(t))
+	return port
+}
+
+// waitNoTunnels fails t unless every tunnel has written its close record
+// within d.
+func waitNoTunnels(t testing.TB, x *Proxy, d time.Duration, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := x.waitTunnels(ctx); err != nil {
+		t.Fatalf("%d tunnel(s) still open after %s: %s", x.OpenTunnels(), d, what)
 	}
 }

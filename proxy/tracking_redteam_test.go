@@ -224,11 +224,7 @@ func TestRedteamTrackingTransparentCutAtOpenDoesNotDial(t *testing.T) {
 	if tc.Handshake() == nil {
 		t.Errorf("a quarantined identity's transparent TLS handshake succeeded")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := h.px.waitTunnels(ctx); err != nil {
-		t.Fatalf("tunnel still open")
-	}
+	waitNoTunnels(t, h.px, 5*time.Second, "cut by a quarantine")
 	if _, ok := dialed.Load("after"); ok {
 		t.Errorf("egressd dialed the upstream for a tunnel it had cut at open (identity %q quarantined)", id)
 	}
@@ -312,11 +308,7 @@ func TestRedteamTrackingInspectedCutLogsOnce(t *testing.T) {
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		tc := tls.Client(c, &tls.Config{ServerName: "docs.test", RootCAs: h.mitmCA.Pool()})
 		_ = tc.Handshake()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := h.px.waitTunnels(ctx); err != nil {
-			t.Fatalf("tunnel still open")
-		}
+		waitNoTunnels(t, h.px, 5*time.Second, "cut by a quarantine")
 		time.Sleep(200 * time.Millisecond)
 		if l := denyLines(h, "docs.test"); len(l) != 1 {
 			t.Errorf("%d denial lines for one tunnel:\n%s", len(l), strings.Join(l, "\n"))
@@ -328,11 +320,7 @@ func TestRedteamTrackingInspectedCutLogsOnce(t *testing.T) {
 		h.connect(t, "docs.test:"+h.tlsO.port())
 		waitOpen(t, h.px, 1)
 		h.px.Quarantine("127.0.0.1")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := h.px.waitTunnels(ctx); err != nil {
-			t.Fatalf("tunnel still open")
-		}
+		waitNoTunnels(t, h.px, 5*time.Second, "cut by a quarantine")
 		time.Sleep(200 * time.Millisecond)
 		if l := denyLines(h, "docs.test"); len(l) != 1 {
 			t.Errorf("%d denial lines for one tunnel:\n%s", len(l), strings.Join(l, "\n"))

@@ -364,20 +364,9 @@ func TestCloseBeforeRelayClosesUpstream(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, testConfig, testNames)
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			go func() { // an upstream that never speaks and never closes
-				c, err := l.Accept()
-				if err == nil {
-					t.Cleanup(func() { c.Close() })
-				}
-			}()
+			port := silentUpstream(t)
 			closed := make(chan struct{})
 			h.px.beforeRelay = func() { tc.close(h.px); close(closed) }
-			_, port := splitPort(l.Addr().String())
 			c, err := net.Dial("tcp", h.proxyURL.Host)
 			if err != nil {
 				t.Fatal(err)
@@ -391,9 +380,7 @@ func TestCloseBeforeRelayClosesUpstream(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the tunnel never reached its relay")
 			}
-			if err := h.px.waitTunnels(ctx); err != nil {
-				t.Fatalf("%d tunnel(s) still open 3 s after the %s closed them: the relay waits on a silent upstream", h.px.OpenTunnels(), tc.name)
-			}
+			waitNoTunnels(t, h.px, 3*time.Second, "the "+tc.name+" closed them, and the relay waits on a silent upstream")
 		})
 	}
 }
