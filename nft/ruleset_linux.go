@@ -4,6 +4,7 @@ package nft
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -26,8 +27,6 @@ const (
 
 	setSrc4  = "src4"
 	setSrc6  = "src6"
-	setGw4   = "gw4"
-	setGw6   = "gw6"
 	setHR4   = "highrisk4"
 	setHR6   = "highrisk6"
 	setUIDs  = "uids"
@@ -73,14 +72,24 @@ func build(s Spec) (*ruleset, error) {
 
 	src4, src6 := splitFamilies(s.SourceCIDRs)
 	hr4, hr6 := splitFamilies(s.HighRisk)
-	gw4, gw6 := splitFamilies(addrPrefixes(s.Gateways))
+	// The gateways are matched inline, not through a set: a batch that
+	// replaces the table makes its rules live before its sets' elements,
+	// so an accept through a set refused a new flow in about one swap in
+	// 50 (TestApplyWindow).
+	var gws []netip.Addr
+	for _, v6 := range []bool{false, true} {
+		for _, a := range s.Gateways {
+			if a = a.Unmap(); a.Is6() == v6 && !slices.Contains(gws, a) {
+				gws = append(gws, a)
+			}
+		}
+	}
+	hasGw6 := slices.ContainsFunc(gws, netip.Addr.Is6)
 	sets := map[string]*nftables.Set{
 		setSrc4: b.addrSet(setSrc4, false, src4),
 		setSrc6: b.addrSet(setSrc6, true, src6),
 		setHR4:  b.addrSet(setHR4, false, hr4),
 		setHR6:  b.addrSet(setHR6, true, hr6),
-		setGw4:  b.addrSet(setGw4, false, gw4),
-		setGw6:  b.addrSet(setGw6, true, gw6),
 		setUIDs: b.uidSet(s.UIDs),
 	}
 
@@ -101,22 +110,18 @@ func build(s Spec) (*ruleset, error) {
 	// Accepts for the gateway's service ports, per address family.
 	services := func() [][]expr.Any {
 		var rules [][]expr.Any
-		for _, gw := range []*nftables.Set{sets[setGw4], sets[setGw6]} {
-			if gw == nil {
-				continue
-			}
-			v6 := gw.KeyType == nftables.TypeIP6Addr
-			rules = append(rules, b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, s.ProxyPort)), CounterAcceptProxy, verdict(expr.VerdictAccept)))
+		for _, gw := range gws {
+			rules = append(rules, b.rule(cat(addrIs(gw), dport(unix.IPPROTO_TCP, s.ProxyPort)), CounterAcceptProxy, verdict(expr.VerdictAccept)))
 			if s.DNSPort != 0 {
 				rules = append(rules,
-					b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_UDP, s.DNSPort)), CounterAcceptDNS, verdict(expr.VerdictAccept)),
-					b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, s.DNSPort)), CounterAcceptDNS, verdict(expr.VerdictAccept)))
+					b.rule(cat(addrIs(gw), dport(unix.IPPROTO_UDP, s.DNSPort)), CounterAcceptDNS, verdict(expr.VerdictAccept)),
+					b.rule(cat(addrIs(gw), dport(unix.IPPROTO_TCP, s.DNSPort)), CounterAcceptDNS, verdict(expr.VerdictAccept)))
 			}
 			for _, p := range s.ExtraPorts {
-				rules = append(rules, b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, p)), CounterAcceptExtra, verdict(expr.VerdictAccept)))
+				rules = append(rules, b.rule(cat(addrIs(gw), dport(unix.IPPROTO_TCP, p)), CounterAcceptExtra, verdict(expr.VerdictAccept)))
 			}
 			for _, r := range s.Redirects {
-				rules = append(rules, b.rule(cat(addrMatch(v6, false, gw), dport(unix.IPPROTO_TCP, r.To)), CounterAcceptExtra, verdict(expr.VerdictAccept)))
+				rules = append(rules, b.rule(cat(addrIs(gw), dport(unix.IPPROTO_TCP, r.To)), CounterAcceptExtra, verdict(expr.VerdictAccept)))
 			}
 		}
 		return rules
@@ -144,7 +149,7 @@ func build(s Spec) (*ruleset, error) {
 
 	if len(s.IfPrefixes) > 0 || len(s.SourceCIDRs) > 0 {
 		in := highRisk(reversePathMissing())
-		if sets[setGw6] != nil {
+		if hasGw6 {
 			// IPv6 to the gateway needs neighbour discovery. Hop limit 255
 			// proves the packet was not routed (RFC 4861 §7.1.1), and input
 			// only reaches the gateway itself: nothing is forwarded.
@@ -397,6 +402,20 @@ func addrMatch(v6, src bool, set *nftables.Set) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
 		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	}
+}
+
+// addrIs is "ip daddr A" / "ip6 daddr A": one address, inline.
+func addrIs(a netip.Addr) []expr.Any {
+	proto, off := byte(unix.NFPROTO_IPV4), uint32(ip4DaddrOff)
+	if a.Is6() {
+		proto, off = unix.NFPROTO_IPV6, ip6DaddrOff
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(a.BitLen() / 8)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
 	}
 }
 

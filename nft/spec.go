@@ -362,12 +362,3 @@ func splitFamilies(ps []netip.Prefix) (v4, v6 []netip.Prefix) {
 	}
 	return v4, v6
 }
-
-// addrPrefixes turns single addresses into host prefixes.
-func addrPrefixes(as []netip.Addr) []netip.Prefix {
-	ps := make([]netip.Prefix, 0, len(as))
-	for _, a := range as {
-		ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
-	}
-	return ps
-}
