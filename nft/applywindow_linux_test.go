@@ -41,28 +41,8 @@ func TestApplyWindow(t *testing.T) {
 	if err := Apply(gw, a); err != nil {
 		t.Fatal(err)
 	}
-	var applies, sent, rejected, other atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s := a
-			if i%2 == 1 {
-				s = b
-			}
-			if err := Apply(gw, s); err != nil {
-				t.Error(err)
-				return
-			}
-			applies.Add(1)
-		}
-	}()
+	var sent, rejected, other atomic.Int64
+	stopSwaps := swapWalls(t, gw, a, b)
 	dst := netip.AddrPortFrom(testnet.GatewayAddr4, leakDNSPort).String()
 	end := time.Now().Add(8 * time.Second)
 	var first string
@@ -89,9 +69,8 @@ func TestApplyWindow(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	<-done
-	t.Logf("%d applies; %d new flows: %d rejected, %d other errors (%s)", applies.Load(), sent.Load(), rejected.Load(), other.Load(), first)
+	applies := stopSwaps()
+	t.Logf("%d applies; %d new flows: %d rejected, %d other errors (%s)", applies, sent.Load(), rejected.Load(), other.Load(), first)
 	if rejected.Load() > 0 {
 		t.Errorf("%d of %d new flows to the gateway's DNS were rejected while the walls were replaced", rejected.Load(), sent.Load())
 	}
@@ -135,27 +114,8 @@ func TestApplyWindowOpen(t *testing.T) {
 	if err := Apply(gw, a); err != nil {
 		t.Fatal(err)
 	}
-	var applies, sent, through atomic.Int64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s := a
-			if i%2 == 1 {
-				s = b
-			}
-			if err := Apply(gw, s); err != nil {
-				t.Error(err)
-				return
-			}
-			applies.Add(1)
-		}
-	}()
+	var sent, through atomic.Int64
+	stopSwaps := swapWalls(t, gw, a, b)
 	dst := netip.AddrPortFrom(testnet.OriginAddr4, 5353).String()
 	end := time.Now().Add(8 * time.Second)
 	var conns []net.Conn
@@ -171,8 +131,7 @@ func TestApplyWindowOpen(t *testing.T) {
 		conns = append(conns, c)
 		time.Sleep(400 * time.Microsecond)
 	}
-	close(stop)
-	<-done
+	applies := stopSwaps()
 	for _, c := range conns {
 		c.SetReadDeadline(time.Now().Add(time.Millisecond))
 		if _, err := c.Read(make([]byte, 64)); err == nil {
@@ -180,7 +139,7 @@ func TestApplyWindowOpen(t *testing.T) {
 		}
 		c.Close()
 	}
-	t.Logf("%d applies; %d new flows to the internet from a source-classified sandbox: %d got through", applies.Load(), sent.Load(), through.Load())
+	t.Logf("%d applies; %d new flows to the internet from a source-classified sandbox: %d got through", applies, sent.Load(), through.Load())
 	if through.Load() > 0 {
 		t.Errorf("%d of %d flows got through the walls while they were replaced (fail-open)", through.Load(), sent.Load())
 	}
@@ -203,12 +162,7 @@ func TestUIDHammerHelper(t *testing.T) {
 	if _, err := fmt.Sscanf(spec, "%d %d %s", &uid, &cookie, &addr); err != nil {
 		t.Fatalf("parse %s=%q: %v", uidHammerEnv, spec, err)
 	}
-	if err := syscall.Setgid(uid); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Setuid(uid); err != nil {
-		t.Fatal(err)
-	}
+	becomeUID(t, uid)
 	opened, tries := 0, 0
 	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); tries++ {
 		d := net.Dialer{Timeout: 200 * time.Millisecond, Control: sandbox.GuardControl(cookie)}
@@ -242,13 +196,38 @@ func TestApplyWindowUID(t *testing.T) {
 	if err := Apply(gw, a); err != nil {
 		t.Fatal(err)
 	}
+	stopSwaps := swapWalls(t, gw, a, b)
+	other := netip.AddrPortFrom(testnet.GatewayAddr4, leakOtherPort).String()
+	cmd := exec.Command("nsenter", "--net="+topo.Gateway.Path(), "--", os.Args[0], "-test.run=^TestUIDHammerHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %s", uidHammerEnv, sandboxUID, topo.Gateway.Cookie(), other))
+	out, err := cmd.CombinedOutput()
+	applies := stopSwaps()
+	if err != nil {
+		t.Fatalf("uid hammer: %v\n%s", err, out)
+	}
+	var tries, opened int
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, err := fmt.Sscanf(l, "hammer %d %d", &tries, &opened); err == nil {
+			break
+		}
+	}
+	t.Logf("%d applies; uid %d: %d connections to %s, %d opened", applies, sandboxUID, tries, other, opened)
+	if opened > 0 {
+		t.Errorf("%d of %d connections of a uid sandbox got past the walls while they were replaced (fail-open)", opened, tries)
+	}
+}
+
+// swapWalls applies a and b in turn in namespace gw until the returned
+// stop is called, which reports how many applies ran.
+func swapWalls(t *testing.T, gw int, a, b Spec) (stop func() int64) {
+	t.Helper()
 	var applies atomic.Int64
-	stop, done := make(chan struct{}), make(chan struct{})
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := 0; ; i++ {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			default:
 			}
@@ -263,23 +242,9 @@ func TestApplyWindowUID(t *testing.T) {
 			applies.Add(1)
 		}
 	}()
-	other := netip.AddrPortFrom(testnet.GatewayAddr4, leakOtherPort).String()
-	cmd := exec.Command("nsenter", "--net="+topo.Gateway.Path(), "--", os.Args[0], "-test.run=^TestUIDHammerHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %s", uidHammerEnv, sandboxUID, topo.Gateway.Cookie(), other))
-	out, err := cmd.CombinedOutput()
-	close(stop)
-	<-done
-	if err != nil {
-		t.Fatalf("uid hammer: %v\n%s", err, out)
-	}
-	var tries, opened int
-	for _, l := range strings.Split(string(out), "\n") {
-		if _, err := fmt.Sscanf(l, "hammer %d %d", &tries, &opened); err == nil {
-			break
-		}
-	}
-	t.Logf("%d applies; uid %d: %d connections to %s, %d opened", applies.Load(), sandboxUID, tries, other, opened)
-	if opened > 0 {
-		t.Errorf("%d of %d connections of a uid sandbox got past the walls while they were replaced (fail-open)", opened, tries)
+	return func() int64 {
+		close(quit)
+		<-done
+		return applies.Load()
 	}
 }

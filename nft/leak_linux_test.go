@@ -516,13 +516,7 @@ func TestUIDProbeHelper(t *testing.T) {
 	if _, err := fmt.Sscanf(spec, "%d %d %s", &uid, &cookie, &list); err != nil {
 		t.Fatalf("parse %s=%q: %v", helperEnv, spec, err)
 	}
-	// Go applies setgid/setuid to every thread of the process.
-	if err := syscall.Setgid(uid); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Setuid(uid); err != nil {
-		t.Fatal(err)
-	}
+	becomeUID(t, uid)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, addr := range strings.Split(list, ",") {
@@ -709,5 +703,17 @@ func TestLeakBySource(t *testing.T) {
 	deleteRules(t, gw, spec.TableName(), chainInput, `iifname "lo" counter accept`)
 	if err := local(); err == nil {
 		t.Errorf("gateway to its own %s:%d without the lo rule: connected, want blocked", testnet.GatewayAddr4, leakOtherPort)
+	}
+}
+
+// becomeUID makes the whole process (a helper child) run as uid: Go
+// applies setgid/setuid to every thread.
+func becomeUID(t *testing.T, uid int) {
+	t.Helper()
+	if err := syscall.Setgid(uid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		t.Fatal(err)
 	}
 }
