@@ -152,17 +152,7 @@ const uidHammerEnv = "EGRESSD_NFT_UID_HAMMER"
 // given, it connects again and again to an address the walls refuse it
 // for a few seconds and prints how many connections opened.
 func TestUIDHammerHelper(t *testing.T) {
-	spec := os.Getenv(uidHammerEnv)
-	if spec == "" {
-		t.Skip("helper for TestApplyWindowUID")
-	}
-	var uid int
-	var cookie uint64
-	var addr string
-	if _, err := fmt.Sscanf(spec, "%d %d %s", &uid, &cookie, &addr); err != nil {
-		t.Fatalf("parse %s=%q: %v", uidHammerEnv, spec, err)
-	}
-	becomeUID(t, uid)
+	cookie, addr := uidHelper(t, uidHammerEnv, "TestApplyWindowUID")
 	opened, tries := 0, 0
 	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); tries++ {
 		d := net.Dialer{Timeout: 200 * time.Millisecond, Control: sandbox.GuardControl(cookie)}

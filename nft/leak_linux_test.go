@@ -506,17 +506,7 @@ const (
 // prints "open ADDR" or "blocked ADDR".
 func TestUIDProbeHelper(t *testing.T) {
 	// Not parallel: the child side of TestLeakUID, alone in its own process (skipped otherwise).
-	spec := os.Getenv(helperEnv)
-	if spec == "" {
-		t.Skip("helper for TestLeakUID")
-	}
-	var uid int
-	var cookie uint64
-	var list string
-	if _, err := fmt.Sscanf(spec, "%d %d %s", &uid, &cookie, &list); err != nil {
-		t.Fatalf("parse %s=%q: %v", helperEnv, spec, err)
-	}
-	becomeUID(t, uid)
+	cookie, list := uidHelper(t, helperEnv, "TestLeakUID")
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, addr := range strings.Split(list, ",") {
@@ -706,14 +696,25 @@ func TestLeakBySource(t *testing.T) {
 	}
 }
 
-// becomeUID makes the whole process (a helper child) run as uid: Go
-// applies setgid/setuid to every thread.
-func becomeUID(t *testing.T, uid int) {
+// uidHelper is the start of a helper child that env ("UID COOKIE ARG")
+// names (skipped when it does not: parent is the test that runs it): it
+// makes the whole process run as UID (Go applies setgid/setuid to every
+// thread) and returns the sandbox namespace's cookie and ARG.
+func uidHelper(t *testing.T, env, parent string) (cookie uint64, arg string) {
 	t.Helper()
+	spec := os.Getenv(env)
+	if spec == "" {
+		t.Skip("helper for " + parent)
+	}
+	var uid int
+	if _, err := fmt.Sscanf(spec, "%d %d %s", &uid, &cookie, &arg); err != nil {
+		t.Fatalf("parse %s=%q: %v", env, spec, err)
+	}
 	if err := syscall.Setgid(uid); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Setuid(uid); err != nil {
 		t.Fatal(err)
 	}
+	return cookie, arg
 }
